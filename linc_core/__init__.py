@@ -1,0 +1,6 @@
+"""linc_core: LINC routing environments, generators, instance I/O, verifier and reference solver.
+
+Pure torch/numpy: never imports ray, mlflow, hydra, optuna or boto3.
+"""
+
+__version__ = "0.1.0"

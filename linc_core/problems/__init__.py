@@ -1,0 +1,28 @@
+"""Batched routing environments over ``[B, K, ...]``: TSP, CVRP, CVRPTW."""
+
+from linc_core.problems.augment import augment_dihedral, dihedral_coordinates
+from linc_core.problems.base import actions_to_routes, random_feasible_actions, rollout
+from linc_core.problems.cvrp import CVRPEnv, CVRPState
+from linc_core.problems.cvrptw import CVRPTWEnv, CVRPTWState
+from linc_core.problems.tsp import TSPEnv, TSPState
+
+__all__ = [
+    "CVRPEnv",
+    "CVRPState",
+    "CVRPTWEnv",
+    "CVRPTWState",
+    "TSPEnv",
+    "TSPState",
+    "actions_to_routes",
+    "augment_dihedral",
+    "dihedral_coordinates",
+    "make_env",
+    "random_feasible_actions",
+    "rollout",
+]
+
+
+def make_env(instance, num_rollouts: int, **kwargs):  # noqa: ANN001, ANN201
+    """The environment of ``instance.problem`` over ``num_rollouts`` rollouts per instance."""
+    envs = {"tsp": TSPEnv, "cvrp": CVRPEnv, "cvrptw": CVRPTWEnv}
+    return envs[instance.problem](instance, num_rollouts, **kwargs)

@@ -1,0 +1,185 @@
+"""Tensor helpers shared by the batched routing environments.
+
+Every environment works on leading dims ``[B, K]``: B instances, K rollouts per instance
+(z-vectors, starts or samples). Static instance data is ``[B, N, ...]`` and is broadcast over
+K; the dynamic state is ``[B, K, ...]``. Nothing here loops over batch rows or nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+ANGLE_EPS = 1e-12
+
+
+def euclidean_distances(locs: Tensor) -> Tensor:
+    """Exact pairwise Euclidean distances.
+
+    Computed from coordinate differences rather than ``torch.cdist``'s matrix-multiply path,
+    whose cancellation error is visible at benchmark coordinates (hundreds of units).
+
+    Args:
+        locs: ``[B, N, 2]``.
+
+    Returns:
+        ``[B, N, N]`` distances in the dtype of ``locs``.
+    """
+    diff = locs.unsqueeze(2) - locs.unsqueeze(1)  # [B, N, N, 2]
+    return diff.square().sum(-1).sqrt()
+
+
+def depot_angles(locs: Tensor, origin: Tensor) -> Tensor:
+    """Polar angle of every node about ``origin`` (``atan2``; the origin itself gets 0).
+
+    Args:
+        locs: ``[B, N, 2]``; origin: ``[B, 2]``.
+
+    Returns:
+        ``[B, N]`` angles in ``(-pi, pi]``.
+    """
+    rel = locs - origin.unsqueeze(1)
+    return torch.atan2(rel[..., 1], rel[..., 0])
+
+
+def angle_difference_norm(angles: Tensor, current_angle: Tensor) -> Tensor:
+    """``|wrap(theta_k - theta_i)| / pi`` with wrap to ``(-pi, pi]``.
+
+    Args:
+        angles: ``[B, 1, N]`` (or broadcastable); current_angle: ``[B, K, 1]``.
+
+    Returns:
+        ``[B, K, N]`` in ``[0, 1]``.
+    """
+    delta = angles - current_angle
+    wrapped = torch.atan2(torch.sin(delta), torch.cos(delta))
+    return wrapped.abs() / math.pi
+
+
+def gather_rows(matrix: Tensor, index: Tensor) -> Tensor:
+    """Rows of a per-instance matrix at per-rollout nodes.
+
+    Args:
+        matrix: ``[B, N, M]``; index: ``[B, K]`` long.
+
+    Returns:
+        ``[B, K, M]`` with ``out[b, k] = matrix[b, index[b, k]]``.
+    """
+    return matrix.gather(1, index.unsqueeze(-1).expand(-1, -1, matrix.shape[-1]))
+
+
+def gather_nodes(values: Tensor, index: Tensor) -> Tensor:
+    """Per-node values at per-rollout nodes.
+
+    Args:
+        values: ``[B, N]`` (static) or ``[B, K, N]`` (dynamic); index: ``[B, K]`` long.
+
+    Returns:
+        ``[B, K]``.
+    """
+    if values.dim() == 2:
+        values = values.unsqueeze(1).expand(-1, index.shape[1], -1)
+    return values.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
+def gather_pairs(matrix: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+    """``matrix[b, rows[b, k], cols[b, k]]`` for per-instance ``[B, N, N]`` matrices.
+
+    Returns:
+        ``[B, K]``.
+    """
+    n = matrix.shape[-1]
+    return matrix.flatten(1).gather(1, rows * n + cols)
+
+
+def finite_or_zero(x: Tensor) -> Tensor:
+    """Replace NaN and +-inf by 0 (unbounded windows give infinite slack ratios)."""
+    return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One uniformly random feasible node per rollout.
+
+    Args:
+        mask: ``[B, K, N]`` bool, True = feasible (at least one per row).
+
+    Returns:
+        ``[B, K]`` long.
+    """
+    scores = torch.rand(mask.shape, generator=generator, device=mask.device)
+    return scores.masked_fill_(~mask, -1.0).argmax(-1)
+
+
+class RoutingState(Protocol):
+    mask: Tensor
+    finished: Tensor
+    length: Tensor
+
+
+StateT = TypeVar("StateT", bound=RoutingState)
+
+
+class RoutingEnv(Protocol[StateT]):
+    """What every environment offers: ``reset``/``step`` are pure functions of their inputs."""
+
+    max_steps: int
+
+    def reset(self) -> StateT: ...
+
+    def step(self, state: StateT, action: Tensor) -> StateT: ...
+
+
+def rollout(
+    env: Any,
+    choose: Callable[[Any], Tensor],
+    *,
+    state: Any | None = None,
+) -> tuple[Any, Tensor]:
+    """Run ``choose(state) -> [B, K] actions`` until every rollout has finished.
+
+    The loop count is bounded by ``env.max_steps``; a rollout that has not finished by then
+    is a bug in the environment or the instance, and raises.
+
+    Returns:
+        (final state, actions ``[B, K, T]`` long, padded with each env's pad action).
+    """
+    state = env.reset() if state is None else state
+    actions = []
+    for _ in range(env.max_steps):
+        if bool(state.finished.all()):
+            break
+        action = choose(state)
+        actions.append(action)
+        state = env.step(state, action)
+    if not bool(state.finished.all()):
+        raise RuntimeError(f"rollout did not finish within {env.max_steps} steps")
+    if not actions:
+        b, k = state.finished.shape
+        return state, torch.zeros(b, k, 0, dtype=torch.long, device=state.finished.device)
+    return state, torch.stack(actions, dim=-1)
+
+
+def actions_to_routes(actions: Tensor | list[int]) -> list[list[int]]:
+    """Split one rollout's depot-separated action sequence into routes of customer ids.
+
+    Args:
+        actions: ``[T]`` node ids where 0 is the depot (leading/trailing depots and padding
+            are dropped).
+    """
+    seq = actions.tolist() if isinstance(actions, Tensor) else list(actions)
+    routes: list[list[int]] = []
+    current: list[int] = []
+    for node in seq:
+        if node == 0:
+            if current:
+                routes.append(current)
+            current = []
+        else:
+            current.append(int(node))
+    if current:
+        routes.append(current)
+    return routes

@@ -1,0 +1,266 @@
+"""CVRPTW: capacitated vehicle routing with time windows, batched over ``[B, K]``.
+
+Semantics follow the LINC reference environment (shared/spec/linc-reference.md section 1):
+
+Observations:
+    current node, elapsed route time (travel-time units), remaining load as a fraction of
+    capacity, visited customers, and the feasibility mask over ``[depot, customers]``.
+Constraints:
+    - each customer once; the vehicle starts every route at the depot at time 0 (the first move
+      to the depot is forced, so ``reset`` returns the state at the depot);
+    - capacity: a customer is feasible only if ``demand/capacity <= load + 1e-5``;
+    - time windows: feasible only if ``arrival = time + travel <= due`` (before waiting; no
+      epsilon); arriving early waits until ``ready``;
+    - depot return (when the depot due is finite, positive and below 1e8): feasible only if
+      ``max(arrival, ready) + service + travel(k, depot) <= depot_due + 1e-6``;
+    - the depot is exempt from both time rules, masked only while the vehicle stands on it
+      (no depot -> depot), and unmasked whenever nothing else is feasible.
+Transition:
+    ``time = max(time + travel, ready) + service``; 0 again on reaching the depot, where the
+    load is refilled. Travel time = Euclidean distance x ``travel_time_scale`` (alpha).
+Termination:
+    all customers visited and the vehicle back at the depot. Finished rollouts are padded with
+    the depot (the only feasible action), which changes nothing.
+Reward:
+    distance only: ``-(total Euclidean distance)`` (not alpha-scaled, no vehicle count).
+
+The candidate consequence table (``consequences``) is computed from the same arrival and
+service-start tensors as the mask, so the model sees exactly what the mask decided on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from linc_core.instances import Instance
+from linc_core.problems.base import (
+    angle_difference_norm,
+    depot_angles,
+    euclidean_distances,
+    finite_or_zero,
+    gather_nodes,
+    gather_pairs,
+    gather_rows,
+)
+
+CAPACITY_EPS = 1e-5
+DEPOT_RETURN_EPS = 1e-6
+FEATURE_EPS = 1e-6
+# A depot due at or above this is treated as "no horizon" (the reference's sentinel).
+UNBOUNDED_DUE = 1e8
+
+
+@dataclass(slots=True)
+class CVRPTWState:
+    """Decision state of every rollout, before its next action.
+
+    Attributes:
+        current: ``[B, K]`` long, node the vehicle stands on.
+        time: ``[B, K]`` elapsed route time (travel-time units), 0 at the depot.
+        load: ``[B, K]`` remaining load as a fraction of capacity (1 at the depot).
+        visited: ``[B, K, N]`` bool; the depot column stays False.
+        num_visited: ``[B, K]`` long, customers served so far.
+        travel: ``[B, K, N]`` travel time from ``current`` to every node.
+        service_start: ``[B, K, N]`` ``max(time + travel, ready)`` for every node.
+        mask: ``[B, K, N]`` bool, True = feasible next action.
+        finished: ``[B, K]`` bool.
+        length: ``[B, K]`` Euclidean distance driven so far.
+    """
+
+    current: Tensor
+    time: Tensor
+    load: Tensor
+    visited: Tensor
+    num_visited: Tensor
+    travel: Tensor
+    service_start: Tensor
+    mask: Tensor
+    finished: Tensor
+    length: Tensor
+
+    @property
+    def cost(self) -> Tensor:
+        """``[B, K]`` total distance (complete once ``finished``)."""
+        return self.length
+
+
+class CVRPTWEnv:
+    """Batched CVRPTW environment for one batch of instances and K rollouts each.
+
+    Static per-instance tensors are computed once here; ``reset`` and ``step`` are pure
+    functions of the state they receive.
+
+    Args:
+        instance: a ``cvrptw`` (or ``cvrp``-shaped) ``Instance`` batch, node 0 the depot.
+        num_rollouts: K.
+        enforce_depot_return: apply the depot-return mask (the reference default for training
+            and every evaluation).
+    """
+
+    feature_names: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure", "angle")
+    relative_features: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure")
+
+    def __init__(self, instance: Instance, num_rollouts: int, *, enforce_depot_return: bool = True):
+        if not instance.has_depot:
+            raise ValueError("CVRPTWEnv needs an instance with a depot (problem cvrp or cvrptw).")
+        if num_rollouts < 1:
+            raise ValueError(f"Expected num_rollouts >= 1, got {num_rollouts}.")
+        self.instance = instance
+        self.num_rollouts = num_rollouts
+        self.batch_size = instance.batch_size
+        self.num_nodes = instance.num_nodes
+        self.num_customers = instance.num_customers
+        self.max_steps = 2 * self.num_customers
+        locs = instance.locs
+        dtype = locs.dtype
+        self.distance = euclidean_distances(locs)  # [B, N, N]
+        self.travel_time = self.distance * instance.travel_time_scale.view(-1, 1, 1)
+        self.demand_fraction = instance.demand / instance.capacity.unsqueeze(-1)  # [B, N]
+        self.demand_fraction[:, 0] = 0.0
+        self.ready = instance.time_windows[..., 0]  # [B, N]
+        self.due = instance.time_windows[..., 1]
+        self.service = instance.service_time
+        depot_due = self.due[:, 0]
+        self.horizon_binds = (
+            torch.isfinite(depot_due) & (depot_due > 0) & (depot_due < UNBOUNDED_DUE)
+        )
+        inf = torch.tensor(float("inf"), dtype=dtype, device=locs.device)
+        if enforce_depot_return:
+            # Latest service start at k that still returns in time; +inf where no horizon binds.
+            limit = torch.where(self.horizon_binds, depot_due + DEPOT_RETURN_EPS, inf)
+            self.latest_start = limit.unsqueeze(-1) - self.service - self.travel_time[:, :, 0]
+        else:
+            self.latest_start = torch.full_like(self.due, float("inf"))
+        self.latest_start[:, 0] = inf  # the depot is exempt from the time rules
+        self.due_for_mask = self.due.clone()
+        self.due_for_mask[:, 0] = inf
+        self.is_customer = torch.ones(self.num_nodes, dtype=torch.bool, device=locs.device)
+        self.is_customer[0] = False
+        # Feature normalisers (reference section 1.5).
+        self.feature_distance_scale = self.travel_time.flatten(1).amax(1).clamp_min(1.0)  # [B]
+        self.node_angle = depot_angles(locs, locs[:, 0])  # [B, N]
+        self.node_angle[:, 0] = 0.0
+        finite_dues = torch.where(torch.isfinite(self.due[:, 1:]), self.due[:, 1:], -inf)
+        self.max_customer_due = finite_dues.amax(1).clamp_min(0.0)  # [B]
+
+    # ------------------------------------------------------------------ dynamics
+    def reset(self) -> CVRPTWState:
+        """The state after the forced first move to the depot."""
+        b, k, n = self.batch_size, self.num_rollouts, self.num_nodes
+        dev, dtype = self.distance.device, self.distance.dtype
+        current = torch.zeros(b, k, dtype=torch.long, device=dev)
+        time = torch.zeros(b, k, dtype=dtype, device=dev)
+        load = torch.ones(b, k, dtype=dtype, device=dev)
+        visited = torch.zeros(b, k, n, dtype=torch.bool, device=dev)
+        num_visited = torch.zeros(b, k, dtype=torch.long, device=dev)
+        length = torch.zeros(b, k, dtype=dtype, device=dev)
+        return self._decision_state(current, time, load, visited, num_visited, length)
+
+    def step(self, state: CVRPTWState, action: Tensor) -> CVRPTWState:
+        """Move every rollout to ``action`` (``[B, K]`` long) and return the next state.
+
+        The caller is trusted to pick feasible actions (policies sample under ``mask``).
+        """
+        to_depot = action == 0
+        start_at_action = state.service_start.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        time = start_at_action + gather_nodes(self.service, action)
+        time = time.masked_fill(to_depot, 0.0)
+        load = (state.load - gather_nodes(self.demand_fraction, action)).masked_fill(to_depot, 1.0)
+        # Writing False at the depot column keeps it False: only customers count as visited.
+        visited = state.visited.scatter(-1, action.unsqueeze(-1), ~to_depot.unsqueeze(-1))
+        num_visited = state.num_visited + (~to_depot).long()
+        leg = gather_pairs(self.distance, state.current, action)
+        length = state.length + leg
+        return self._decision_state(action, time, load, visited, num_visited, length)
+
+    def _decision_state(
+        self,
+        current: Tensor,
+        time: Tensor,
+        load: Tensor,
+        visited: Tensor,
+        num_visited: Tensor,
+        length: Tensor,
+    ) -> CVRPTWState:
+        travel = gather_rows(self.travel_time, current)  # [B, K, N]
+        arrival = time.unsqueeze(-1) + travel
+        service_start = torch.maximum(arrival, self.ready.unsqueeze(1))
+        at_depot = current == 0
+        feasible = (
+            ~visited
+            & (self.demand_fraction.unsqueeze(1) <= load.unsqueeze(-1) + CAPACITY_EPS)
+            & (arrival <= self.due_for_mask.unsqueeze(1))
+            & (service_start <= self.latest_start.unsqueeze(1))
+        )
+        feasible[..., 0] = ~at_depot
+        stuck = ~feasible.any(-1)
+        feasible[..., 0] |= stuck
+        finished = at_depot & (num_visited == self.num_customers)
+        return CVRPTWState(
+            current=current,
+            time=time,
+            load=load,
+            visited=visited,
+            num_visited=num_visited,
+            travel=travel,
+            service_start=service_start,
+            mask=feasible,
+            finished=finished,
+            length=length,
+        )
+
+    # ------------------------------------------------------------------ LINC consequences
+    def feature_horizon(self, state: CVRPTWState) -> Tensor:
+        """``[B, K]`` time normaliser H: the depot due where it binds, else a bound from the
+        latest customer due and the current time (reference section 1.5)."""
+        fallback = torch.maximum(
+            self.max_customer_due.unsqueeze(1),
+            state.time + 2.0 * self.feature_distance_scale.unsqueeze(1),
+        )
+        depot_due = self.due[:, 0].unsqueeze(1).expand_as(fallback)
+        horizon = torch.where(self.horizon_binds.unsqueeze(1), depot_due, fallback)
+        return horizon.clamp_min(1.0)
+
+    def consequences(self, state: CVRPTWState) -> Tensor:
+        """The candidate consequence table: one-step outcomes of moving to each node.
+
+        Features (``feature_names`` order), each normalised as the reference does:
+        travel time / max travel time, wait / H, slack ``(due - service start) / H`` (negative
+        when the window is missed), arrival / H, departure / H, and the angle
+        ``|wrap(theta_k - theta_current)| / pi`` about the depot. The depot row is 0.
+
+        Returns:
+            ``[B, K, N, 6]``.
+        """
+        arrival = state.time.unsqueeze(-1) + state.travel  # same arithmetic as the mask
+        start = state.service_start
+        inv_h = 1.0 / (self.feature_horizon(state) + FEATURE_EPS).unsqueeze(-1)  # [B, K, 1]
+        travel = state.travel / self.feature_distance_scale.view(-1, 1, 1)
+        wait = (start - arrival) * inv_h
+        slack = (self.due.unsqueeze(1) - start) * inv_h
+        departure = (start + self.service.unsqueeze(1)) * inv_h
+        current_angle = gather_nodes(self.node_angle, state.current).unsqueeze(-1)
+        angle = angle_difference_norm(self.node_angle.unsqueeze(1), current_angle)
+        table = torch.stack([travel, wait, slack, arrival * inv_h, departure, angle], dim=-1)
+        return finite_or_zero(table) * self.is_customer.view(1, 1, -1, 1)
+
+    # ------------------------------------------------------------------ cost from actions
+    def route_length(self, actions: Tensor) -> Tensor:
+        """Total distance of action sequences that start after the forced depot move.
+
+        Args:
+            actions: ``[B, K, T]`` long.
+
+        Returns:
+            ``[B, K]`` distance from the depot through ``actions`` and back to the depot.
+        """
+        b, k, _ = actions.shape
+        depot = torch.zeros(b, k, 1, dtype=torch.long, device=actions.device)
+        path = torch.cat([depot, actions, depot], dim=-1)
+        n = self.num_nodes
+        flat = (path[..., :-1] * n + path[..., 1:]).flatten(1)  # [B, K*(T+1)]
+        legs = self.distance.flatten(1).gather(1, flat).view(b, k, -1)
+        return legs.sum(-1)

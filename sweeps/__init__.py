@@ -1,0 +1,1 @@
+"""Hydra configs and job entry points (filled by the platform issue)."""
