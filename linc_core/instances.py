@@ -10,6 +10,10 @@ One type covers the three problems so that every consumer reads the same fields:
 
 All quantities are in the instance's own units (raw coordinates, raw demands); normalisation
 for the model happens in the model's feature code, never here.
+
+Benchmark readers (``read_solomon``, ``read_solomon_folder``, ``read_tsplib``,
+``read_cvrplib``, ``read_solution``, ``read_tsp_tour``) and the data checks they all run
+(``validate_instance``) follow the class.
 """
 
 from __future__ import annotations
@@ -545,13 +549,15 @@ def read_solomon(
     coords = np.asarray(data["node_coord"], dtype=np.float64)
     windows = np.asarray(data["time_window"], dtype=np.float64).copy()
     windows[0, 0] = 0.0  # the route horizon starts at 0 whatever the depot row says
+    service = np.asarray(data["service_time"], dtype=np.float64).copy()
+    service[0] = 0.0  # no service at the depot, as every consumer assumes
     instance = Instance.from_arrays(
         "cvrptw",
         coords,
         demand=np.asarray(data["demand"], dtype=np.float64),
         capacity=float(data["capacity"]),
         time_windows=windows,
-        service_time=np.asarray(data["service_time"], dtype=np.float64),
+        service_time=service,
         travel_time_scale=1.0,
         grid_size=_grid_size(coords, SOLOMON_GRID_SIZES),
         names=[Path(path).stem],
@@ -607,9 +613,23 @@ def _read_text(path: str | os.PathLike[str], source: str) -> str:
 
 
 def _read_vrplib(
-    path: str | os.PathLike[str], source: str, required: Sequence[str]
-) -> dict[str, object]:
-    """Parse a VRPLIB/TSPLIB file with vrplib and check the keys a reader needs."""
+    path: str | os.PathLike[str],
+    source: str,
+    required: Sequence[str],
+    node_sections: dict[str, tuple[int, ...]],
+) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """Parse a VRPLIB/TSPLIB file with vrplib and check what a reader needs.
+
+    Args:
+        path: the file.
+        source: its name in error messages.
+        required: vrplib keys that must be present (besides DIMENSION / EDGE_WEIGHT_TYPE).
+        node_sections: per-node sections to return as float64 arrays, with their trailing
+            shape (``()`` for one value per node, ``(2,)`` for coordinates).
+
+    Returns:
+        The raw vrplib dict and the checked ``[DIMENSION, ...]`` arrays.
+    """
     _read_text(path, source)  # binary files fail with a named error, not a decode trace
     try:
         data = vrplib.read_instance(path, instance_format="vrplib", compute_edge_weights=False)
@@ -617,18 +637,28 @@ def _read_vrplib(
         raise InstanceError(
             source, "format", str(err), "vrplib could not parse this VRPLIB file"
         ) from err
-    for key in required:
+    for key in ("dimension", "edge_weight_type"):
+        if key not in data:
+            raise InstanceError(source, _VRPLIB_FIELD_NAMES[key], None, "missing field")
+    dimension = data["dimension"]
+    if not isinstance(dimension, int) or dimension < 2:
+        raise InstanceError(source, "DIMENSION", dimension, "expected an integer >= 2")
+    weight_type = data["edge_weight_type"]
+    if weight_type != "EUC_2D":
+        raise InstanceError(source, "EDGE_WEIGHT_TYPE", weight_type, "only EUC_2D is supported")
+    # Sections that are present but shorter than DIMENSION come first: a file cut short
+    # loses its later sections too, and the short one is the better clue.
+    arrays = {
+        key: _numeric_array(data, key, (dimension, *trailing), source)
+        for key, trailing in node_sections.items()
+        if key in data
+    }
+    for key in (*required, *node_sections):
         if key not in data:
             raise InstanceError(
                 source, _VRPLIB_FIELD_NAMES.get(key, key.upper()), None, "missing section or field"
             )
-    weight_type = data.get("edge_weight_type")
-    if weight_type != "EUC_2D":
-        raise InstanceError(source, "EDGE_WEIGHT_TYPE", weight_type, "only EUC_2D is supported")
-    dimension = data["dimension"]
-    if not isinstance(dimension, int) or dimension < 2:
-        raise InstanceError(source, "DIMENSION", dimension, "expected an integer >= 2")
-    return data
+    return data, arrays
 
 
 def _numeric_array(
@@ -680,9 +710,9 @@ def read_tsplib(
         InstanceError: malformed / truncated file, missing section, non-EUC_2D weights.
     """
     source = str(path)
-    data = _read_vrplib(path, source, ("dimension", "edge_weight_type", "node_coord"))
+    data, arrays = _read_vrplib(path, source, (), {"node_coord": (2,)})
     _check_type(data, "TSP", source)
-    coords = _numeric_array(data, "node_coord", (int(data["dimension"]), 2), source)  # type: ignore[call-overload]
+    coords = arrays["node_coord"]
     instance = Instance.from_arrays(
         "tsp", coords, grid_size=_grid_size(coords, ()), names=[Path(path).stem], dtype=dtype
     )
@@ -707,13 +737,11 @@ def read_cvrplib(
         InstanceError: malformed / truncated file, missing section or invalid data.
     """
     source = str(path)
-    data = _read_vrplib(
-        path, source, ("dimension", "capacity", "edge_weight_type", "node_coord", "demand", "depot")
+    data, arrays = _read_vrplib(
+        path, source, ("capacity", "depot"), {"node_coord": (2,), "demand": ()}
     )
     _check_type(data, "CVRP", source)
-    dimension = int(data["dimension"])  # type: ignore[call-overload]
-    coords = _numeric_array(data, "node_coord", (dimension, 2), source)
-    demand = _numeric_array(data, "demand", (dimension,), source)
+    coords, demand = arrays["node_coord"], arrays["demand"]
     depot = np.asarray(data["depot"]).reshape(-1)
     if depot.tolist() != [0]:
         raise InstanceError(

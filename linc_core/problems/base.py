@@ -69,7 +69,13 @@ def gather_rows(matrix: Tensor, index: Tensor) -> Tensor:
     Returns:
         ``[B, K, M]`` with ``out[b, k] = matrix[b, index[b, k]]``.
     """
-    return matrix.gather(1, index.unsqueeze(-1).expand(-1, -1, matrix.shape[-1]))
+    b, n, m = matrix.shape
+    # Row copies through index_select are an order of magnitude faster than a gather with an
+    # expanded index on CPU.
+    offsets = torch.arange(0, b * n, n, device=index.device).unsqueeze(1)
+    return (
+        matrix.reshape(b * n, m).index_select(0, (index + offsets).flatten()).view(*index.shape, m)
+    )
 
 
 def gather_nodes(values: Tensor, index: Tensor) -> Tensor:
@@ -101,8 +107,19 @@ def finite_or_zero(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
+def no_action_left(mask: Tensor) -> Tensor:
+    """``[B, K]`` True where a ``[B, K, N]`` feasibility mask has no True entry.
+
+    (A uint8 sum is several times faster than ``Tensor.any`` over the last dim on CPU.)
+    """
+    return mask.view(torch.uint8).sum(-1, dtype=torch.int32) == 0
+
+
 def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """One uniformly random feasible node per rollout.
+
+    Each node gets an independent uniform 31-bit integer score, infeasible ones 0, and the
+    argmax wins: uniform over the feasible nodes up to ties of probability about 2^-31.
 
     Args:
         mask: ``[B, K, N]`` bool, True = feasible (at least one per row).
@@ -110,8 +127,14 @@ def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = No
     Returns:
         ``[B, K]`` long.
     """
-    scores = torch.rand(mask.shape, generator=generator, device=mask.device)
-    return scores.masked_fill_(~mask, -1.0).argmax(-1)
+    *lead, n = mask.shape
+    count = mask.numel()
+    # One 64-bit draw yields two 32-bit scores: half the generator calls of torch.rand.
+    raw = torch.empty((count + 1) // 2, dtype=torch.int64, device=mask.device)
+    raw.random_(generator=generator)
+    scores = raw.view(torch.int32)[:count].view(*lead, n)
+    scores = scores.bitwise_and_(0x3FFFFFFF).add_(1)  # in [1, 2^30]: feasible beats 0
+    return (scores * mask).argmax(-1)
 
 
 class RoutingState(Protocol):

@@ -30,6 +30,7 @@ from linc_core.problems.base import (
     gather_nodes,
     gather_pairs,
     gather_rows,
+    no_action_left,
 )
 from linc_core.problems.cvrptw import CAPACITY_EPS
 
@@ -120,11 +121,11 @@ class CVRPEnv:
         self, current: Tensor, load: Tensor, visited: Tensor, num_visited: Tensor, length: Tensor
     ) -> CVRPState:
         at_depot = current == 0
-        feasible = ~visited & (
-            self.demand_fraction.unsqueeze(1) <= load.unsqueeze(-1) + CAPACITY_EPS
-        )
+        capacity_margin = (load + CAPACITY_EPS).unsqueeze(-1) - self.demand_fraction.unsqueeze(1)
+        feasible = capacity_margin >= 0
+        feasible &= ~visited
         feasible[..., 0] = ~at_depot
-        feasible[..., 0] |= ~feasible.any(-1)
+        feasible[..., 0] |= no_action_left(feasible)
         return CVRPState(
             current=current,
             load=load,

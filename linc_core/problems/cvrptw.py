@@ -44,6 +44,7 @@ from linc_core.problems.base import (
     gather_nodes,
     gather_pairs,
     gather_rows,
+    no_action_left,
 )
 
 CAPACITY_EPS = 1e-5
@@ -128,15 +129,17 @@ class CVRPTWEnv:
             torch.isfinite(depot_due) & (depot_due > 0) & (depot_due < UNBOUNDED_DUE)
         )
         inf = torch.tensor(float("inf"), dtype=dtype, device=locs.device)
+        # Both time rules fold into one bound on the service start at k: with ready <= due
+        # (instances are validated), ``arrival <= due`` holds exactly when
+        # ``max(arrival, ready) <= due``; the depot return needs
+        # ``start + service + travel(k, 0) <= depot_due + eps``. +inf where no rule binds.
+        latest_start = self.due.clone()
         if enforce_depot_return:
-            # Latest service start at k that still returns in time; +inf where no horizon binds.
             limit = torch.where(self.horizon_binds, depot_due + DEPOT_RETURN_EPS, inf)
-            self.latest_start = limit.unsqueeze(-1) - self.service - self.travel_time[:, :, 0]
-        else:
-            self.latest_start = torch.full_like(self.due, float("inf"))
-        self.latest_start[:, 0] = inf  # the depot is exempt from the time rules
-        self.due_for_mask = self.due.clone()
-        self.due_for_mask[:, 0] = inf
+            return_bound = limit.unsqueeze(-1) - self.service - self.travel_time[:, :, 0]
+            latest_start = torch.minimum(latest_start, return_bound)
+        latest_start[:, 0] = inf  # the depot is exempt from the time rules
+        self.latest_start = latest_start
         self.is_customer = torch.ones(self.num_nodes, dtype=torch.bool, device=locs.device)
         self.is_customer[0] = False
         # Feature normalisers (reference section 1.5).
@@ -186,18 +189,18 @@ class CVRPTWEnv:
         length: Tensor,
     ) -> CVRPTWState:
         travel = gather_rows(self.travel_time, current)  # [B, K, N]
-        arrival = time.unsqueeze(-1) + travel
+        arrival = travel + time.unsqueeze(-1)
         service_start = torch.maximum(arrival, self.ready.unsqueeze(1))
+        # Feasible iff both margins are >= 0 (a - b >= 0 exactly when a >= b for finite
+        # floats): one comparison over [B, K, N] instead of three, and the arrival buffer is
+        # reused for the margins, which keeps the step's allocations (and page faults) down.
+        margin = torch.sub(self.latest_start.unsqueeze(1), service_start, out=arrival)
+        capacity_margin = (load + CAPACITY_EPS).unsqueeze(-1) - self.demand_fraction.unsqueeze(1)
+        feasible = torch.minimum(margin, capacity_margin, out=margin) >= 0
+        feasible &= ~visited
         at_depot = current == 0
-        feasible = (
-            ~visited
-            & (self.demand_fraction.unsqueeze(1) <= load.unsqueeze(-1) + CAPACITY_EPS)
-            & (arrival <= self.due_for_mask.unsqueeze(1))
-            & (service_start <= self.latest_start.unsqueeze(1))
-        )
         feasible[..., 0] = ~at_depot
-        stuck = ~feasible.any(-1)
-        feasible[..., 0] |= stuck
+        feasible[..., 0] |= no_action_left(feasible)
         finished = at_depot & (num_visited == self.num_customers)
         return CVRPTWState(
             current=current,
