@@ -4,6 +4,13 @@ from linc_core.problems.augment import augment_dihedral, dihedral_coordinates
 from linc_core.problems.base import actions_to_routes, random_feasible_actions, rollout
 from linc_core.problems.cvrp import CVRPEnv, CVRPState
 from linc_core.problems.cvrptw import CVRPTWEnv, CVRPTWState
+from linc_core.problems.generators import (
+    EnvelopeConfig,
+    generate_cvrp,
+    generate_cvrptw_envelope,
+    generate_tsp,
+    truncate_customers,
+)
 from linc_core.problems.tsp import TSPEnv, TSPState
 
 __all__ = [
@@ -11,14 +18,19 @@ __all__ = [
     "CVRPState",
     "CVRPTWEnv",
     "CVRPTWState",
+    "EnvelopeConfig",
     "TSPEnv",
     "TSPState",
     "actions_to_routes",
     "augment_dihedral",
     "dihedral_coordinates",
+    "generate_cvrp",
+    "generate_cvrptw_envelope",
+    "generate_tsp",
     "make_env",
     "random_feasible_actions",
     "rollout",
+    "truncate_customers",
 ]
 
 

@@ -1,0 +1,1 @@
+"""`make bench`: throughput figures measured side by side with peers, in one process."""

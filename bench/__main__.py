@@ -1,0 +1,70 @@
+"""Run every benchmark and print one table; results also go to bench/results/latest.json.
+
+    python -m bench [--only env,generator] [--quick]
+
+Each benchmark returns ``{"name", "ours", "peer"?, "peer_name"?, "ratio", "target"}``; a ratio is
+ours / peer measured in the same run (or ours / target where no peer exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import torch  # noqa: E402
+
+from linc_core.runtime import tune_cpu_allocator  # noqa: E402
+
+
+def run_env(quick: bool) -> list[dict]:
+    from bench.bench_env import bench_env
+
+    return [bench_env(repeats=1 if quick else 3)]
+
+
+def run_generator(quick: bool) -> list[dict]:
+    from bench.bench_generators import bench_envelope
+
+    return [bench_envelope(n=100, instances=4096, seconds=1.0 if quick else 3.0)]
+
+
+BENCHMARKS = {"env": run_env, "generator": run_generator}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    tune_cpu_allocator()
+    results = []
+    for name in args.only.split(","):
+        results.extend(BENCHMARKS[name.strip()](args.quick))
+    print(f"\n{'benchmark':<72} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
+    for r in results:
+        peer = f"{r['peer']:10.1f}" if "peer" in r else f"{'-':>10}"
+        target = f"{r['target']:.2f}x" if "peer" in r else f"{r['target']:,.0f}"
+        print(f"{r['name']:<72} {r['ours']:10.1f} {peer} {r['ratio']:7.2f} {target:>7}")
+        if "peer_name" in r:
+            print(f"{'':<4}peer: {r['peer_name']}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    record = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "host": platform.node(),
+        "torch_threads": torch.get_num_threads(),
+        "results": [{k: v for k, v in r.items() if k != "samples"} for r in results],
+    }
+    (out / "latest.json").write_text(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()
