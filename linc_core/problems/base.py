@@ -107,19 +107,13 @@ def finite_or_zero(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def no_action_left(mask: Tensor) -> Tensor:
-    """``[B, K]`` True where a ``[B, K, N]`` feasibility mask has no True entry.
-
-    (A uint8 sum is several times faster than ``Tensor.any`` over the last dim on CPU.)
-    """
-    return mask.view(torch.uint8).sum(-1, dtype=torch.int32) == 0
-
-
 def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """One uniformly random feasible node per rollout.
+    """One uniformly random feasible node per rollout (exactly uniform).
 
-    Each node gets an independent uniform 31-bit integer score, infeasible ones 0, and the
-    argmax wins: uniform over the feasible nodes up to ties of probability about 2^-31.
+    Draws one uniform rank ``r`` in ``[0, count)`` per rollout and returns the position of the
+    ``(r + 1)``-th feasible node: a running count over the mask, then the number of positions
+    whose count is still ``<= r``. One random number per rollout instead of one per node makes
+    this several times cheaper than masked argmax of random scores.
 
     Args:
         mask: ``[B, K, N]`` bool, True = feasible (at least one per row).
@@ -127,14 +121,14 @@ def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = No
     Returns:
         ``[B, K]`` long.
     """
-    *lead, n = mask.shape
-    count = mask.numel()
-    # One 64-bit draw yields two 32-bit scores: half the generator calls of torch.rand.
-    raw = torch.empty((count + 1) // 2, dtype=torch.int64, device=mask.device)
-    raw.random_(generator=generator)
-    scores = raw.view(torch.int32)[:count].view(*lead, n)
-    scores = scores.bitwise_and_(0x3FFFFFFF).add_(1)  # in [1, 2^30]: feasible beats 0
-    return (scores * mask).argmax(-1)
+    count_dtype = torch.int16 if mask.shape[-1] < 2**15 else torch.int32
+    running = mask.view(torch.uint8).cumsum(-1, dtype=count_dtype)  # [B, K, N]
+    u = torch.rand(
+        *mask.shape[:-1], 1, generator=generator, device=mask.device, dtype=torch.float64
+    )
+    rank = (u * running[..., -1:]).to(count_dtype)  # in [0, count)
+    before = (running <= rank).view(torch.uint8).sum(-1, dtype=torch.int32)
+    return before.long()
 
 
 class RoutingState(Protocol):

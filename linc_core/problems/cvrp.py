@@ -30,7 +30,6 @@ from linc_core.problems.base import (
     gather_nodes,
     gather_pairs,
     gather_rows,
-    no_action_left,
 )
 from linc_core.problems.cvrptw import CAPACITY_EPS
 
@@ -41,7 +40,8 @@ class CVRPState:
 
     Attributes:
         current: ``[B, K]`` long. load: ``[B, K]``. visited: ``[B, K, N]`` bool (depot False).
-        num_visited: ``[B, K]``. mask: ``[B, K, N]`` bool. finished: ``[B, K]`` bool.
+        num_visited: ``[B, K]``. servable_left: ``[B, K]`` unvisited customers that fit in an
+        empty vehicle (see ``CVRPTWState``). mask: ``[B, K, N]`` bool. finished: ``[B, K]`` bool.
         length: ``[B, K]`` distance so far.
     """
 
@@ -49,6 +49,7 @@ class CVRPState:
     load: Tensor
     visited: Tensor
     num_visited: Tensor
+    servable_left: Tensor
     mask: Tensor
     finished: Tensor
     length: Tensor
@@ -89,6 +90,8 @@ class CVRPEnv:
         self.distance = euclidean_distances(instance.locs)
         self.demand_fraction = instance.demand / instance.capacity.unsqueeze(-1)
         self.demand_fraction[:, 0] = 0.0
+        self.servable_from_depot = self.demand_fraction <= 1.0 + CAPACITY_EPS  # [B, N]
+        self.servable_from_depot[:, 0] = False
         self.feature_distance_scale = self.distance.flatten(1).amax(1)  # [B]
         self.node_angle = depot_angles(instance.locs, instance.locs[:, 0])
         self.node_angle[:, 0] = 0.0
@@ -101,6 +104,7 @@ class CVRPEnv:
             load=torch.ones(b, k, dtype=dtype, device=dev),
             visited=torch.zeros(b, k, n, dtype=torch.bool, device=dev),
             num_visited=torch.zeros(b, k, dtype=torch.long, device=dev),
+            servable_left=self.servable_from_depot.sum(-1, keepdim=True).expand(b, k).clone(),
             length=torch.zeros(b, k, dtype=dtype, device=dev),
         )
 
@@ -114,23 +118,31 @@ class CVRPEnv:
             load=load,
             visited=visited,
             num_visited=state.num_visited + (~to_depot).long(),
+            servable_left=state.servable_left
+            - gather_nodes(self.servable_from_depot, action).long(),
             length=state.length + gather_pairs(self.distance, state.current, action),
         )
 
     def _decision_state(
-        self, current: Tensor, load: Tensor, visited: Tensor, num_visited: Tensor, length: Tensor
+        self,
+        current: Tensor,
+        load: Tensor,
+        visited: Tensor,
+        num_visited: Tensor,
+        servable_left: Tensor,
+        length: Tensor,
     ) -> CVRPState:
         at_depot = current == 0
         capacity_margin = (load + CAPACITY_EPS).unsqueeze(-1) - self.demand_fraction.unsqueeze(1)
         feasible = capacity_margin >= 0
         feasible &= ~visited
-        feasible[..., 0] = ~at_depot
-        feasible[..., 0] |= no_action_left(feasible)
+        feasible[..., 0] = ~at_depot | (servable_left == 0)
         return CVRPState(
             current=current,
             load=load,
             visited=visited,
             num_visited=num_visited,
+            servable_left=servable_left,
             mask=feasible,
             finished=at_depot & (num_visited == self.num_customers),
             length=length,

@@ -44,7 +44,6 @@ from linc_core.problems.base import (
     gather_nodes,
     gather_pairs,
     gather_rows,
-    no_action_left,
 )
 
 CAPACITY_EPS = 1e-5
@@ -64,7 +63,8 @@ class CVRPTWState:
         load: ``[B, K]`` remaining load as a fraction of capacity (1 at the depot).
         visited: ``[B, K, N]`` bool; the depot column stays False.
         num_visited: ``[B, K]`` long, customers served so far.
-        travel: ``[B, K, N]`` travel time from ``current`` to every node.
+        servable_left: ``[B, K]`` long, unvisited customers a fresh vehicle could serve from
+            the depot (0 at the depot means nothing else is feasible: the depot stays open).
         service_start: ``[B, K, N]`` ``max(time + travel, ready)`` for every node.
         mask: ``[B, K, N]`` bool, True = feasible next action.
         finished: ``[B, K]`` bool.
@@ -76,7 +76,7 @@ class CVRPTWState:
     load: Tensor
     visited: Tensor
     num_visited: Tensor
-    travel: Tensor
+    servable_left: Tensor
     service_start: Tensor
     mask: Tensor
     finished: Tensor
@@ -140,6 +140,16 @@ class CVRPTWEnv:
             latest_start = torch.minimum(latest_start, return_bound)
         latest_start[:, 0] = inf  # the depot is exempt from the time rules
         self.latest_start = latest_start
+        # At the depot the time is 0 and the load full, so what a vehicle can serve from there
+        # depends on ``visited`` alone: counting it once replaces a per-step reduction.
+        depot = torch.zeros(self.batch_size, 1, dtype=torch.long, device=locs.device)
+        _, from_depot = self._time_and_capacity(
+            depot,
+            torch.zeros(self.batch_size, 1, dtype=dtype, device=locs.device),
+            torch.ones(self.batch_size, 1, dtype=dtype, device=locs.device),
+        )
+        self.servable_from_depot = from_depot.squeeze(1)  # [B, N]
+        self.servable_from_depot[:, 0] = False
         self.is_customer = torch.ones(self.num_nodes, dtype=torch.bool, device=locs.device)
         self.is_customer[0] = False
         # Feature normalisers (reference section 1.5).
@@ -159,8 +169,9 @@ class CVRPTWEnv:
         load = torch.ones(b, k, dtype=dtype, device=dev)
         visited = torch.zeros(b, k, n, dtype=torch.bool, device=dev)
         num_visited = torch.zeros(b, k, dtype=torch.long, device=dev)
+        servable = self.servable_from_depot.sum(-1, keepdim=True).expand(b, k).clone()
         length = torch.zeros(b, k, dtype=dtype, device=dev)
-        return self._decision_state(current, time, load, visited, num_visited, length)
+        return self._decision_state(current, time, load, visited, num_visited, servable, length)
 
     def step(self, state: CVRPTWState, action: Tensor) -> CVRPTWState:
         """Move every rollout to ``action`` (``[B, K]`` long) and return the next state.
@@ -175,9 +186,26 @@ class CVRPTWEnv:
         # Writing False at the depot column keeps it False: only customers count as visited.
         visited = state.visited.scatter(-1, action.unsqueeze(-1), ~to_depot.unsqueeze(-1))
         num_visited = state.num_visited + (~to_depot).long()
-        leg = gather_pairs(self.distance, state.current, action)
-        length = state.length + leg
-        return self._decision_state(action, time, load, visited, num_visited, length)
+        servable_left = state.servable_left - gather_nodes(self.servable_from_depot, action).long()
+        length = state.length + gather_pairs(self.distance, state.current, action)
+        return self._decision_state(action, time, load, visited, num_visited, servable_left, length)
+
+    def _time_and_capacity(
+        self, current: Tensor, time: Tensor, load: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Service start at every node and the time/capacity rules (visits not applied).
+
+        Returns:
+            (``[B, K, N]`` service start, ``[B, K, N]`` bool time-and-capacity feasible).
+        """
+        arrival = gather_rows(self.travel_time, current).add_(time.unsqueeze(-1))
+        service_start = torch.maximum(arrival, self.ready.unsqueeze(1))
+        # Feasible iff both margins are >= 0 (a - b >= 0 exactly when a >= b for finite
+        # floats): one comparison over [B, K, N] instead of three, and the arrival buffer is
+        # reused for the margins, which keeps the step's allocations (and page faults) down.
+        margin = torch.sub(self.latest_start.unsqueeze(1), service_start, out=arrival)
+        capacity_margin = (load + CAPACITY_EPS).unsqueeze(-1) - self.demand_fraction.unsqueeze(1)
+        return service_start, torch.minimum(margin, capacity_margin, out=margin) >= 0
 
     def _decision_state(
         self,
@@ -186,21 +214,13 @@ class CVRPTWEnv:
         load: Tensor,
         visited: Tensor,
         num_visited: Tensor,
+        servable_left: Tensor,
         length: Tensor,
     ) -> CVRPTWState:
-        travel = gather_rows(self.travel_time, current)  # [B, K, N]
-        arrival = travel + time.unsqueeze(-1)
-        service_start = torch.maximum(arrival, self.ready.unsqueeze(1))
-        # Feasible iff both margins are >= 0 (a - b >= 0 exactly when a >= b for finite
-        # floats): one comparison over [B, K, N] instead of three, and the arrival buffer is
-        # reused for the margins, which keeps the step's allocations (and page faults) down.
-        margin = torch.sub(self.latest_start.unsqueeze(1), service_start, out=arrival)
-        capacity_margin = (load + CAPACITY_EPS).unsqueeze(-1) - self.demand_fraction.unsqueeze(1)
-        feasible = torch.minimum(margin, capacity_margin, out=margin) >= 0
+        service_start, feasible = self._time_and_capacity(current, time, load)
         feasible &= ~visited
         at_depot = current == 0
-        feasible[..., 0] = ~at_depot
-        feasible[..., 0] |= no_action_left(feasible)
+        feasible[..., 0] = ~at_depot | (servable_left == 0)
         finished = at_depot & (num_visited == self.num_customers)
         return CVRPTWState(
             current=current,
@@ -208,7 +228,7 @@ class CVRPTWEnv:
             load=load,
             visited=visited,
             num_visited=num_visited,
-            travel=travel,
+            servable_left=servable_left,
             service_start=service_start,
             mask=feasible,
             finished=finished,
@@ -238,10 +258,11 @@ class CVRPTWEnv:
         Returns:
             ``[B, K, N, 6]``.
         """
-        arrival = state.time.unsqueeze(-1) + state.travel  # same arithmetic as the mask
+        travel_time = gather_rows(self.travel_time, state.current)
+        arrival = travel_time + state.time.unsqueeze(-1)  # the same arithmetic as the mask
         start = state.service_start
         inv_h = 1.0 / (self.feature_horizon(state) + FEATURE_EPS).unsqueeze(-1)  # [B, K, 1]
-        travel = state.travel / self.feature_distance_scale.view(-1, 1, 1)
+        travel = travel_time / self.feature_distance_scale.view(-1, 1, 1)
         wait = (start - arrival) * inv_h
         slack = (self.due.unsqueeze(1) - start) * inv_h
         departure = (start + self.service.unsqueeze(1)) * inv_h
