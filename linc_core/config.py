@@ -121,8 +121,9 @@ class ModelConfig:
             value = getattr(self, key)
             _check(value in allowed, f"{key}: expected one of {allowed}, got {value!r}")
         known = PROBLEM_FEATURES[self.problem]
-        for name in (*self.candidate_features, *self.centred_features):
-            _check(name in known, f"feature {name!r} is not a {self.problem} feature {known}")
+        for key in ("candidate_features", "centred_features"):
+            for name in getattr(self, key):
+                _check(name in known, f"{key}: {name!r} is not a {self.problem} feature {known}")
         for name in self.node_static_features:
             _check(name in NODE_STATIC_FEATURES, f"node_static_features: unknown {name!r}")
         if self.scorer != "baseline":
@@ -352,7 +353,7 @@ PRESETS: dict[str, Preset] = {
                 "depth_mixer": False,
                 "node_static_features": (),
                 "input_scale": "horizon",
-                "z_dim": 0,
+                
             },
             train={
                 "advantage": "group_mean",

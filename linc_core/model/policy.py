@@ -132,6 +132,7 @@ class LincPolicy(nn.Module):
         decoding: Decoding = "sample",
         generator: torch.Generator | None = None,
         env_kwargs: dict | None = None,
+        morph: tuple[LincPolicy, float] | None = None,
     ) -> RolloutResult:
         """Decode B instances x K rollouts to completion.
 
@@ -143,11 +144,18 @@ class LincPolicy(nn.Module):
                 default city 0).
             decoding: ``sample`` or ``greedy``.
             generator: random stream for sampling.
+            morph: ``(reference policy, lambda)``: score morphing
+                ``u = u_ref + lambda (u - u_ref)`` toward a frozen reference policy (paper
+                section 3.4; the reference sees the same states and z).
         """
         if instance.problem != self.config.problem:
             raise ValueError(f"model is for {self.config.problem}, got a {instance.problem} batch")
         env = make_env(instance, num_rollouts, **(env_kwargs or {}))
         cache, time_scale = self.encode(instance)
+        if morph is not None:
+            reference, morph_lambda = morph
+            with torch.no_grad():
+                reference_cache, reference_scale = reference.encode(instance)
         state = env.reset()
         b, k = state.current.shape
         if instance.problem == "tsp" and starts is None:
@@ -161,9 +169,12 @@ class LincPolicy(nn.Module):
         for _ in range(env.max_steps):
             if bool(state.finished.all()):
                 break
-            log_probs = self.log_probs(
-                self.step_scores(env, state, cache, time_scale, z), state.mask
-            )
+            scores = self.step_scores(env, state, cache, time_scale, z)
+            if morph is not None:
+                with torch.no_grad():
+                    base = reference.step_scores(env, state, reference_cache, reference_scale, z)
+                scores = base + morph_lambda * (scores - base)
+            log_probs = self.log_probs(scores, state.mask)
             if decoding == "greedy":
                 action = log_probs.argmax(-1)
             else:

@@ -46,6 +46,15 @@ def feasible_customer_stats(
     return ratio, mean, minimum
 
 
+def feasible_customers(mask: Tensor, has_depot: bool) -> Tensor:
+    """``[B, K, N]`` the feasible set F: the mask with the depot column cleared."""
+    if not has_depot:
+        return mask
+    feasible = mask.clone()
+    feasible[..., 0] = False
+    return feasible
+
+
 class CandidateScorer(nn.Module):
     """One module for the three scorer kinds; the config decides which parts exist."""
 
@@ -106,16 +115,9 @@ class CandidateScorer(nn.Module):
             return base
         assert table is not None
         table = table.to(context.dtype)
-        feasible = mask
-        if has_depot:
-            feasible = mask.clone()
-            feasible[..., 0] = False
+        feasible = feasible_customers(mask, has_depot)
         num_customers = mask.shape[-1] - int(has_depot)
-        phi = table.index_select(-1, self.feature_index)  # [B, K, N, P]
-        ratio, mean, _ = feasible_customer_stats(phi, feasible, num_customers)
-        phi = phi - mean.unsqueeze(-2) * self.centred_columns.to(phi.dtype)
-        if self.zero_depot_row and has_depot:
-            phi = torch.cat([torch.zeros_like(phi[:, :, :1]), phi[:, :, 1:]], dim=2)
+        phi, ratio = self.centred_features(table, mask, has_depot)
         if self.kind == "mlp":
             hidden_context = nn.functional.linear(
                 context, self.mlp_hidden.weight[:, : context.shape[-1]], self.mlp_hidden.bias
@@ -139,6 +141,30 @@ class CandidateScorer(nn.Module):
         if self.full_phi_proj.bias is not None:
             local = local + (modulated * self.full_phi_proj.bias).sum(-1, keepdim=True)
         return (base if alpha is None else alpha * base) + local
+
+    def centred_features(
+        self, table: Tensor, mask: Tensor, has_depot: bool
+    ) -> tuple[Tensor, Tensor]:
+        """The scorer's candidate rows phi and the feasible ratio ``|F| / n``.
+
+        Selects ``candidate_features`` from the full table, subtracts the feasible-customer
+        mean on the centred columns (every row, the depot's included), then zeroes the depot
+        row when ``depot_row == "zero"``.
+
+        Args:
+            table: ``[B, K, N, F]`` full consequence table; mask: ``[B, K, N]`` feasibility.
+
+        Returns:
+            (``[B, K, N, P]`` phi, ``[B, K]`` ratio).
+        """
+        feasible = feasible_customers(mask, has_depot)
+        num_customers = mask.shape[-1] - int(has_depot)
+        phi = table.index_select(-1, self.feature_index)  # [B, K, N, P]
+        ratio, mean, _ = feasible_customer_stats(phi, feasible, num_customers)
+        phi = phi - mean.unsqueeze(-2) * self.centred_columns.to(phi.dtype)
+        if self.zero_depot_row and has_depot:
+            phi = torch.cat([torch.zeros_like(phi[:, :, :1]), phi[:, :, 1:]], dim=2)
+        return phi, ratio
 
     def step_summary(
         self, table: Tensor, feasible: Tensor, num_customers: int, ratio: Tensor | None = None

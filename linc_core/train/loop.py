@@ -1,0 +1,262 @@
+"""A plain training loop: no Ray, no Lightning; callbacks for metrics and checkpoints.
+
+    policy = LincPolicy(model_config)
+    result = fit(policy, train_config, GeneratedData(...), validation=instances,
+                 checkpoint_dir="runs/x", callbacks=[PrintProgress()])
+
+Every random draw of step ``s`` comes from a generator seeded with ``(seed, "rollout", s)`` and
+every batch from ``(seed, epoch, batch)``, so a run resumed from a checkpoint is bit-identical to
+an uninterrupted one on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from linc_core.config import TrainConfig
+from linc_core.instances import Instance
+from linc_core.model.policy import LincPolicy, sample_z
+from linc_core.seeding import derive_seed, torch_generator
+from linc_core.train.advantage import training_progress
+from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
+from linc_core.train.data import TrainingData
+from linc_core.train.step import StepMetrics, rollout_starts, train_step
+
+logger = logging.getLogger(__name__)
+
+
+class Callback(Protocol):
+    """Hooks called by ``fit``; implement any subset (see ``BaseCallback``)."""
+
+    def on_step(self, global_step: int, metrics: StepMetrics) -> None: ...
+
+    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None: ...
+
+    def on_checkpoint(self, epoch: int, path: Path) -> None: ...
+
+
+class BaseCallback:
+    def on_step(self, global_step: int, metrics: StepMetrics) -> None:
+        return None
+
+    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        return None
+
+    def on_checkpoint(self, epoch: int, path: Path) -> None:
+        return None
+
+
+class PrintProgress(BaseCallback):
+    """One console line per epoch."""
+
+    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        validation = metrics.get("validation_cost")
+        extra = f"  validation {validation:.4f}" if validation is not None else ""
+        print(
+            f"epoch {epoch + 1:>5}  train best-of-K {metrics['train_best_cost']:.4f}  "
+            f"mean {metrics['train_mean_cost']:.4f}  tau {metrics['tau']:.3g}  "
+            f"{metrics['seconds']:.1f}s{extra}",
+            flush=True,
+        )
+
+
+@dataclass
+class FitResult:
+    policy: LincPolicy
+    history: list[dict[str, Any]] = field(default_factory=list)
+    epochs_done: int = 0
+    global_step: int = 0
+    last_checkpoint: Path | None = None
+    stopped_early: bool = False
+
+
+@torch.no_grad()
+def evaluate_best_of_k(
+    policy: LincPolicy,
+    instances: Instance,
+    num_rollouts: int,
+    seed: int,
+    *,
+    decoding: str = "greedy",
+    multi_start: bool = False,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """``[B]`` best-of-K cost: K z-vectors (or K starts) per instance, greedy per rollout."""
+    policy.eval()
+    costs = []
+    generator = torch_generator(seed, instances.device)
+    for start in range(0, instances.batch_size, batch_size):
+        chunk = instances.select(slice(start, start + batch_size))
+        z = None
+        if policy.config.z_dim > 0:
+            z = sample_z(
+                chunk.batch_size, num_rollouts, policy.config.z_dim, generator, chunk.device
+            )
+        starts = rollout_starts(chunk, num_rollouts) if multi_start else None
+        result = policy.rollout(
+            chunk, num_rollouts, z=z, starts=starts, decoding=decoding, generator=generator
+        )
+        costs.append(result.cost.min(-1).values)
+    return torch.cat(costs)
+
+
+def fit(
+    policy: LincPolicy,
+    config: TrainConfig,
+    data: TrainingData,
+    *,
+    validation: Instance | None = None,
+    callbacks: Sequence[Callback] = (),
+    checkpoint_dir: str | Path | None = None,
+    resume_from: str | Path | None = None,
+    max_seconds: float | None = None,
+    max_steps: int | None = None,
+    data_id: str | None = None,
+    morph_reference: LincPolicy | None = None,
+) -> FitResult:
+    """Train ``policy`` for ``config.epochs`` epochs (or until a time/step budget).
+
+    Args:
+        policy: the model (moved to ``config.device``).
+        config: training settings.
+        data: batches by (epoch, index).
+        validation: fixed instances decoded (greedy per z, best of K) every
+            ``config.validation_every`` epochs.
+        callbacks: progress, tracking, checkpoint hooks.
+        checkpoint_dir: ``latest.pt`` is written there after every epoch.
+        resume_from: a checkpoint to continue from (model, optimiser, epoch, history).
+        max_seconds / max_steps: stop early after the epoch (or step) that crosses them.
+        data_id: identifier of the training data (manifest checksum), stored in checkpoints.
+        morph_reference: frozen reference policy for score morphing (``config.morph_epochs``).
+    """
+    device = torch.device(config.device)
+    policy.to(device)
+    optimizer = torch.optim.Adam(
+        policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    use_amp = config.amp and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda") if use_amp else None
+    result = FitResult(policy=policy)
+    start_epoch = 0
+    if resume_from is not None:
+        payload = load_checkpoint(resume_from, map_location=device)
+        policy.load_state_dict(payload["model_state"])
+        if payload["optimizer_state"] is not None:
+            optimizer.load_state_dict(payload["optimizer_state"])
+        start_epoch = payload["epoch"]
+        result.global_step = payload["global_step"]
+        result.history = list(payload["history"])
+    if morph_reference is not None:
+        morph_reference.to(device).eval()
+        for parameter in morph_reference.parameters():
+            parameter.requires_grad_(False)
+    total_batches = config.epochs * data.batches_per_epoch
+    began = time.perf_counter()
+    for epoch in range(start_epoch, config.epochs):
+        epoch_start = time.perf_counter()
+        step_metrics: list[StepMetrics] = []
+        for index in range(data.batches_per_epoch):
+            instance = data.batch(epoch, index).to(device)
+            progress = training_progress(result.global_step, total_batches)
+            generator = torch_generator(
+                derive_seed(config.seed, "rollout", result.global_step), device
+            )
+            morph = None
+            if morph_reference is not None and config.morph_epochs > 0:
+                morph = (morph_reference, min(1.0, epoch / config.morph_epochs))
+            metrics = train_step(
+                policy, optimizer, instance, config, progress, generator, scaler=scaler, morph=morph
+            )
+            result.global_step += 1
+            step_metrics.append(metrics)
+            for callback in callbacks:
+                callback.on_step(result.global_step, metrics)
+            if max_steps is not None and result.global_step >= max_steps:
+                break
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "global_step": result.global_step,
+            "train_best_cost": sum(m.best_cost for m in step_metrics) / len(step_metrics),
+            "train_mean_cost": sum(m.mean_cost for m in step_metrics) / len(step_metrics),
+            "loss": sum(m.loss for m in step_metrics) / len(step_metrics),
+            "tau": step_metrics[-1].tau,
+            "seconds": time.perf_counter() - epoch_start,
+        }
+        if validation is not None and (epoch + 1) % config.validation_every == 0:
+            costs = evaluate_best_of_k(
+                policy,
+                validation.to(device),
+                config.num_rollouts,
+                derive_seed(config.seed, "validation"),
+                multi_start=config.multi_start,
+            )
+            record["validation_cost"] = float(costs.mean())
+        result.history.append(record)
+        result.epochs_done = epoch + 1
+        for callback in callbacks:
+            callback.on_epoch(epoch, record)
+        if checkpoint_dir is not None:
+            payload = build_payload(
+                model_config=policy.config,
+                train_config=config,
+                model_state=policy.state_dict(),
+                optimizer_state=optimizer.state_dict(),
+                epoch=epoch + 1,
+                global_step=result.global_step,
+                history=result.history,
+                data_id=data_id,
+            )
+            path = save_checkpoint(Path(checkpoint_dir) / "latest.pt", payload)
+            result.last_checkpoint = path
+            for callback in callbacks:
+                callback.on_checkpoint(epoch, path)
+        out_of_time = max_seconds is not None and time.perf_counter() - began >= max_seconds
+        out_of_steps = max_steps is not None and result.global_step >= max_steps
+        if out_of_time or out_of_steps:
+            result.stopped_early = epoch + 1 < config.epochs
+            break
+    return result
+
+
+def policy_from_checkpoint(
+    path: str | Path, device: str = "cpu"
+) -> tuple[LincPolicy, dict[str, Any]]:
+    """Rebuild a policy from a linc checkpoint (its config is inside)."""
+    payload = load_checkpoint(path, map_location=device)
+    policy = LincPolicy(payload["model_config"]).to(device)
+    policy.load_state_dict(payload["model_state"])
+    return policy, payload
+
+
+def history_summary(history: list[dict[str, Any]]) -> dict[str, float]:
+    """First and last epoch figures (for printing)."""
+    if not history:
+        return {}
+    first, last = history[0], history[-1]
+    out = {
+        "first_train_best_cost": first["train_best_cost"],
+        "last_train_best_cost": last["train_best_cost"],
+    }
+    if "validation_cost" in last:
+        out["last_validation_cost"] = last["validation_cost"]
+    return {k: (v if math.isfinite(v) else float("nan")) for k, v in out.items()}
+
+
+__all__ = [
+    "BaseCallback",
+    "Callback",
+    "FitResult",
+    "PrintProgress",
+    "evaluate_best_of_k",
+    "fit",
+    "history_summary",
+    "policy_from_checkpoint",
+]

@@ -1,0 +1,737 @@
+"""The LINC policy against the reference and against the paper's claims about the scorer.
+
+- golden replay: the reference's full_linc weights reproduce its probabilities step by step;
+- step summary r_t and centred rows phi against the reference scorer's own values;
+- common-translation probe (paper, mechanism diagnostics): a shared offset on the relative
+  features of the feasible customers leaves the centred scorers' customer distribution
+  unchanged and moves the uncentred ones;
+- permutation equivariance over customers for every scorer kind and problem;
+- masked actions get probability exactly 0 and are never sampled, in every preset;
+- the presets differ from full_linc in exactly the fields of reference section 5;
+- config validation names the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from linc_core.config import (
+    ABLATION_VARIANTS,
+    PRESETS,
+    PROBLEM_FEATURES,
+    ModelConfig,
+    TrainConfig,
+    config_differences,
+    from_dict,
+    preset_configs,
+)
+from linc_core.instances import Instance
+from linc_core.model import (
+    LincPolicy,
+    load_reference_state_dict,
+    map_reference_keys,
+    sample_from_log_probs,
+    sample_z,
+)
+from linc_core.model.features import node_inputs
+from linc_core.model.scorer import CandidateScorer, feasible_customers
+from linc_core.problems import (
+    CVRPTWEnv,
+    generate_cvrp,
+    generate_cvrptw_envelope,
+    generate_tsp,
+    make_env,
+    random_feasible_actions,
+)
+from tests.golden import GOLDEN_DIR, load_golden
+from tests.test_cvrptw import instance_from_golden
+
+PROBLEMS = ("cvrptw", "cvrp", "tsp")
+REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: intra-op threads only add synchronisation (and stall on a busy host)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(config: ModelConfig) -> ModelConfig:
+    """The same switches with a small network (the claims tested do not depend on width)."""
+    return dataclasses.replace(
+        config,
+        embedding_dim=16,
+        num_heads=4,
+        ff_hidden_dim=32,
+        encoder_layers=2,
+        poly_hidden_dim=16,
+        scorer_hidden_dim=16,
+    )
+
+
+def tiny_policy(
+    preset: str, problem: str, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> LincPolicy:
+    torch.manual_seed(seed)
+    policy = LincPolicy(tiny(preset_configs(preset, problem)[0])).to(dtype)
+    return policy.eval()
+
+
+def make_instances(problem: str, batch: int, size: int, seed: int) -> Instance:
+    """``size`` customers (CVRP/CVRPTW) or cities (TSP), float64."""
+    if problem == "cvrptw":
+        instance = generate_cvrptw_envelope(batch, size, seed)
+    elif problem == "cvrp":
+        instance = generate_cvrp(batch, size, seed, capacity=20.0)
+    else:
+        instance = generate_tsp(batch, size, seed)
+    return instance.to(dtype=torch.float64)
+
+
+def rollout_inputs(
+    policy: LincPolicy, batch: int, k: int, seed: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """(z, forced starts) as ``LincPolicy.rollout`` expects them for this config."""
+    z = None
+    if policy.config.z_dim > 0:
+        generator = torch.Generator().manual_seed(seed)
+        z = sample_z(batch, k, policy.config.z_dim, generator)
+    starts = None
+    if policy.config.z_dim == 0:  # POMO multi-start: rollout k starts at customer / city k + 1
+        starts = torch.arange(1, k + 1).expand(batch, k).clone()
+    elif policy.config.problem == "tsp":
+        starts = torch.zeros(batch, k, dtype=torch.long)
+    return z, starts
+
+
+def drive(
+    policy: LincPolicy,
+    instance: Instance,
+    k: int,
+    z: Tensor | None,
+    starts: Tensor | None,
+    choose: Callable[[int, Tensor, Tensor], Tensor],
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The decoding loop of ``LincPolicy.rollout``, exposing every step.
+
+    ``choose(step, log_probs, mask) -> action``. Returns, per step, (raw scores u, log-probs,
+    mask) of the state the action was chosen in.
+    """
+    env = make_env(instance, k)
+    cache, time_scale = policy.encode(instance)
+    state = env.reset()
+    if starts is not None:
+        assert bool(state.mask.gather(-1, starts.unsqueeze(-1)).all())
+        state = env.step(state, starts)
+    records = []
+    for step in range(env.max_steps):
+        if bool(state.finished.all()):
+            break
+        scores = policy.step_scores(env, state, cache, time_scale, z)
+        log_probs = policy.log_probs(scores, state.mask)
+        action = choose(step, log_probs, state.mask)
+        records.append((scores, log_probs, state.mask))
+        state = env.step(state, action)
+    assert bool(state.finished.all())
+    return records
+
+
+def golden_cvrptw_instance(case_index: int) -> Instance:
+    return instance_from_golden(load_golden("cvrptw_env_golden.json")["cases"][case_index])
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. golden model replay
+# ---------------------------------------------------------------------------------------------
+def reference_state_dict() -> dict[str, Tensor]:
+    path = GOLDEN_DIR / REFERENCE_STATE_DICT
+    if not path.exists():
+        pytest.skip(f"golden file {path} not present")
+    return torch.load(Path(path), weights_only=True)
+
+
+def test_golden_model_replay_reproduces_reference_probabilities() -> None:
+    """The reference's full_linc weights give its probabilities at every step (1e-5)."""
+    golden = load_golden("linc_model_golden.json")
+    case = load_golden("cvrptw_env_golden.json")["cases"][0]
+    instance = instance_from_golden(case)
+    config = preset_configs("full_linc")[0]
+    policy = LincPolicy(config)
+    dropped = load_reference_state_dict(policy, reference_state_dict())
+    assert dropped and all(key.startswith("decoder.full_") for key in dropped)
+    policy.eval()
+
+    static = node_inputs(instance, config).static[0]
+    torch.testing.assert_close(
+        static, torch.tensor(golden["node_static_features"]), atol=1e-5, rtol=0
+    )
+
+    z = torch.tensor(golden["z"]).unsqueeze(0)  # [1, 2, 16]
+    env = CVRPTWEnv(instance, num_rollouts=2)
+    state = env.reset()
+    recorded = {record["step"]: record for record in golden["steps"]}
+    assert sorted(recorded) == [record["step"] for record in case["steps"]]
+    with torch.no_grad():
+        cache, time_scale = policy.encode(instance)
+        for record, action in zip(case["steps"], case["actions"][1:], strict=True):
+            scores = policy.step_scores(env, state, cache, time_scale, z)
+            probs = policy.log_probs(scores, state.mask).exp()[0]  # [2, N]
+            expected = torch.tensor(recorded[record["step"]]["probs_per_z"])
+            torch.testing.assert_close(probs, expected, atol=1e-5, rtol=0)
+            state = env.step(state, torch.tensor([[action, action]]))
+    assert bool(state.finished.all())
+
+
+def test_reference_state_dict_with_missing_key_is_rejected_by_name() -> None:
+    state_dict = reference_state_dict()
+    policy = LincPolicy(preset_configs("full_linc")[0])
+    broken = dict(state_dict)
+    del broken["decoder.quotient_lite_candidate_scorer.summary_to_alpha.bias"]
+    with pytest.raises(ValueError, match=r"missing \['scorer\.summary_to_alpha\.bias'\]"):
+        load_reference_state_dict(policy, broken)
+    extra = dict(state_dict)
+    extra["decoder.unknown_module.weight"] = torch.zeros(1)
+    with pytest.raises(ValueError, match=r"unexpected \['decoder\.unknown_module\.weight'\]"):
+        load_reference_state_dict(policy, extra)
+    # A model whose switches differ (no Depth Mixer) cannot take full_linc weights.
+    other = LincPolicy(preset_configs("no_depth_mixer")[0])
+    with pytest.raises(ValueError, match="encoder.depth_queries"):
+        load_reference_state_dict(other, state_dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. step summary and centred rows against the reference scorer
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case_index", [0, 1])
+def test_summary_and_centred_rows_match_reference(case_index: int) -> None:
+    """r_t (partial and full mean) and the centred rows, depot row included, at every step.
+
+    One documented difference: when no customer is feasible the paper prescribes a zero
+    summary (rho = 0), while the reference clamps |F| >= 1 and records rho = 1/n. At those
+    steps only the depot is feasible, so the policy (probability 1 on the depot) is the same
+    under either convention; we follow the paper and check the reference's value is 1/n.
+    """
+    case = load_golden("cvrptw_env_golden.json")["cases"][case_index]
+    instance = instance_from_golden(case)
+    n = instance.num_customers
+    partial = CandidateScorer(preset_configs("full_linc")[0])
+    full_mean = CandidateScorer(preset_configs("full_mu_summary")[0])
+    env = CVRPTWEnv(instance, num_rollouts=1)
+    state = env.reset()
+    empty_steps = 0
+    for record, action in zip(case["steps"], case["actions"][1:], strict=True):
+        table = env.consequences(state)
+        feasible = feasible_customers(state.mask, has_depot=True)
+        assert feasible[0, 0].nonzero().flatten().tolist() == record["feasible_customers"]
+        got_partial = partial.step_summary(table, feasible, n)[0, 0]
+        got_full = full_mean.step_summary(table, feasible, n)[0, 0]
+        want_partial = torch.tensor(record["summary_partial"])
+        want_full = torch.tensor(record["summary_full_mean"])
+        assert got_partial.shape == (4,) and got_full.shape == (7,)
+        if not record["feasible_customers"]:
+            empty_steps += 1
+            assert state.mask[0, 0].tolist() == [True] + [False] * n  # only the depot
+            assert record["summary_partial"][0] == pytest.approx(1.0 / n, abs=1e-5)
+            want_partial[0] = want_full[0] = 0.0  # paper: zero summary on an empty F
+        torch.testing.assert_close(got_partial, want_partial, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got_full, want_full, atol=1e-5, rtol=0)
+
+        for scorer in (partial, full_mean):
+            phi, ratio = scorer.centred_features(table, state.mask, has_depot=True)
+            torch.testing.assert_close(
+                phi[0, 0, 0], torch.tensor(record["centered_features_depot"]), atol=1e-5, rtol=0
+            )
+            torch.testing.assert_close(
+                phi[0, 0, 1:],
+                torch.tensor(record["centered_features_customers"]),
+                atol=1e-5,
+                rtol=0,
+            )
+            assert ratio.item() == pytest.approx(len(record["feasible_customers"]) / n)
+        state = env.step(state, torch.tensor([[action]]))
+    assert empty_steps >= 2  # the empty-F branch was exercised
+
+
+def test_centred_mlp_rows_centre_every_column_and_zero_the_depot() -> None:
+    """centered_mlp: all six columns (angle included) centred over F, depot row 0; naive_mlp
+    and raw_linear: the raw table."""
+    case = load_golden("cvrptw_env_golden.json")["cases"][0]
+    env = CVRPTWEnv(instance_from_golden(case), num_rollouts=1)
+    state = env.reset()
+    table = env.consequences(state)
+    feasible = feasible_customers(state.mask, has_depot=True)[0, 0]
+    assert int(feasible.sum()) >= 2
+    rows = table[0, 0]
+    mean = rows[feasible].mean(0)
+    centred = CandidateScorer(preset_configs("centered_mlp")[0])
+    phi, _ = centred.centred_features(table, state.mask, has_depot=True)
+    assert phi[0, 0, 0].abs().max().item() == 0.0
+    torch.testing.assert_close(phi[0, 0, 1:], rows[1:] - mean, atol=1e-6, rtol=0)
+    assert phi[0, 0, 1:][feasible[1:]].mean(0).abs().max().item() < 1e-6
+    for raw in ("naive_mlp", "raw_linear"):
+        phi, _ = CandidateScorer(preset_configs(raw)[0]).centred_features(
+            table, state.mask, has_depot=True
+        )
+        assert torch.equal(phi[0, 0], rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. common-translation probe
+# ---------------------------------------------------------------------------------------------
+def probe_state(seed: int = 3, n: int = 12):
+    """A CVRPTW decision state one customer into a route, with several feasible customers."""
+    instance = generate_cvrptw_envelope(1, n, seed)
+    env = CVRPTWEnv(instance, num_rollouts=2)
+    state = env.reset()
+    travel = env.consequences(state)[..., 0].masked_fill(~state.mask, math.inf)
+    state = env.step(state, travel.argmin(-1))  # the nearest customer
+    assert bool((state.current > 0).all())
+    assert int(feasible_customers(state.mask, True).sum(-1).min()) >= 4
+    return instance, env, state
+
+
+def customer_distribution(
+    policy: LincPolicy,
+    instance: Instance,
+    env: CVRPTWEnv,
+    state,
+    z: Tensor,
+    delta: Tensor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Tensor:
+    """Probabilities over the customers (renormalised) with ``delta`` added to the relative
+    features of every feasible customer; the decoder state, mask and summary r_t stay those
+    of the unshifted table (the paper's probe fixes the state and moves only the table)."""
+    table = env.consequences(state)
+    feasible = feasible_customers(state.mask, True)
+    relative = torch.tensor([name in env.relative_features for name in env.feature_names])
+    offset = torch.zeros(len(env.feature_names), dtype=table.dtype)
+    offset[relative] = delta.to(table.dtype)
+    shifted = table + feasible.unsqueeze(-1) * offset
+    with monkeypatch.context() as patch:
+        patch.setattr(env, "consequences", lambda _state: shifted)
+        original_summary = policy.scorer.step_summary
+        patch.setattr(
+            policy.scorer,
+            "step_summary",
+            lambda _table, *args: original_summary(table, *args),
+        )
+        with torch.no_grad():
+            cache, time_scale = policy.encode(instance)
+            scores = policy.step_scores(env, state, cache, time_scale, z)
+            probs = policy.log_probs(scores, state.mask).exp()
+    customers = probs[..., 1:]
+    return customers / customers.sum(-1, keepdim=True)
+
+
+PROBE_DELTAS = [
+    [0.3, 0.0, 0.0, 0.0, 0.0],
+    [0.0, 0.5, -0.5, 0.5, 0.5],
+    [1.0, -2.0, 3.0, 0.5, -1.5],
+    [-4.0, 2.5, 5.0, -3.0, 4.0],
+]
+
+
+def probe_drift(policy: LincPolicy, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Largest change of the customer distribution for each of ``PROBE_DELTAS``."""
+    instance, env, state = probe_state()
+    z = sample_z(1, 2, 16, torch.Generator().manual_seed(5))
+    before = customer_distribution(policy, instance, env, state, z, torch.zeros(5), monkeypatch)
+    drift = []
+    for delta in PROBE_DELTAS:
+        after = customer_distribution(
+            policy, instance, env, state, z, torch.tensor(delta), monkeypatch
+        )
+        drift.append((after - before).abs().max().item())
+    return drift
+
+
+def test_common_translation_probe_reference_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper's probe on the reference weights: with centring the customer distribution is
+    unchanged (<= 1e-5) by any shared offset; the same weights without centring (raw_linear)
+    drift by more than 1e-4 for every offset."""
+    state_dict = reference_state_dict()
+    linc = LincPolicy(preset_configs("full_linc")[0]).eval()
+    raw = LincPolicy(preset_configs("raw_linear")[0]).eval()
+    for policy in (linc, raw):
+        load_reference_state_dict(policy, state_dict)
+    no_summary = LincPolicy(preset_configs("no_step_summary")[0]).eval()
+    mapped, _ = map_reference_keys(state_dict)
+    mapped = {key: value for key, value in mapped.items() if key in no_summary.state_dict()}
+    no_summary.load_state_dict(mapped, strict=True)
+
+    for policy in (linc, no_summary):
+        drift = probe_drift(policy, monkeypatch)
+        assert max(drift) <= 1e-5, drift
+    drift = probe_drift(raw, monkeypatch)
+    assert min(drift) > 1e-4, drift
+
+
+def test_common_translation_probe_random_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every centred scorer is invariant, the MLP on centred rows included (paper: it keeps
+    translation invariance); the uncentred ones move under the largest offset."""
+    for preset, invariant in (
+        ("full_linc", True),
+        ("full_mu_summary", True),
+        ("no_step_summary", True),
+        ("centered_mlp", True),
+        ("raw_linear", False),
+        ("naive_mlp", False),
+    ):
+        drift = probe_drift(tiny_policy(preset, "cvrptw", seed=11), monkeypatch)
+        if invariant:
+            assert max(drift) <= 1e-5, (preset, drift)
+        else:
+            assert drift[-1] > 1e-4, (preset, drift)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. permutation equivariance
+# ---------------------------------------------------------------------------------------------
+SCORER_KINDS = {
+    "baseline": "baseline",
+    "linc partial": "full_linc",
+    "linc full_mean": "full_mu_summary",
+    "linc none": "no_step_summary",
+    "linc raw": "raw_linear",
+    "mlp raw": "naive_mlp",
+    "mlp centred": "centered_mlp",
+}
+
+
+def permute_nodes(instance: Instance, perm: Tensor) -> Instance:
+    """Node i of the result is node ``perm[b, i]`` of ``instance`` (``perm``: ``[B, N]``)."""
+
+    def take(t: Tensor) -> Tensor:
+        index = perm.view(*perm.shape, *([1] * (t.dim() - 2))).expand_as(t)
+        return t.gather(1, index)
+
+    return dataclasses.replace(
+        instance,
+        locs=take(instance.locs),
+        demand=take(instance.demand),
+        time_windows=take(instance.time_windows),
+        service_time=take(instance.service_time),
+    )
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("kind", list(SCORER_KINDS))
+def test_permuting_customers_permutes_scores(kind: str, problem: str) -> None:
+    """u and log-probs of the permuted instance are the permuted ones, at every step of a
+    rollout replayed with the permuted actions (node 0, depot or TSP start city, fixed)."""
+    batch, k, size = 2, 3, 9
+    policy = tiny_policy(SCORER_KINDS[kind], problem, seed=1, dtype=torch.float64)
+    instance = make_instances(problem, batch, size, seed=7)
+    n = instance.num_nodes
+    generator = torch.Generator().manual_seed(3)
+    perm = torch.stack(
+        [
+            torch.cat(
+                [torch.zeros(1, dtype=torch.long), 1 + torch.randperm(n - 1, generator=generator)]
+            )
+            for _ in range(batch)
+        ]
+    )
+    assert not torch.equal(perm, torch.arange(n).expand(batch, n))
+    inverse = perm.argsort(-1)
+    permuted = permute_nodes(instance, perm)
+    z, starts = rollout_inputs(policy, batch, k, seed=4)
+
+    actions: list[Tensor] = []
+
+    def record(_step: int, _log_probs: Tensor, mask: Tensor) -> Tensor:
+        actions.append(random_feasible_actions(mask, generator))
+        return actions[-1]
+
+    def replay(step: int, _log_probs: Tensor, _mask: Tensor) -> Tensor:
+        return inverse.gather(1, actions[step])
+
+    with torch.no_grad():
+        original = drive(policy, instance, k, z, starts, record)
+        mirrored = drive(policy, permuted, k, z, starts, replay)
+    assert len(original) == len(mirrored) >= size - (problem == "tsp")
+    index = perm.unsqueeze(1).expand(batch, k, n)
+    for (u, log_probs, mask), (u_p, log_probs_p, mask_p) in zip(original, mirrored, strict=True):
+        assert torch.equal(mask.gather(-1, index), mask_p)
+        torch.testing.assert_close(u.gather(-1, index), u_p, atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(log_probs.gather(-1, index), log_probs_p, atol=1e-9, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. masked actions have probability exactly 0
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_masked_actions_have_zero_probability(preset: str, problem: str) -> None:
+    batch, k = 2, 4
+    policy = tiny_policy(preset, problem, seed=2)
+    instance = make_instances(problem, batch, 8, seed=11).to(dtype=torch.float32)
+    z, starts = rollout_inputs(policy, batch, k, seed=5)
+    generator = torch.Generator().manual_seed(6)
+
+    def sample(_step: int, log_probs: Tensor, mask: Tensor) -> Tensor:
+        probs = log_probs.exp()
+        assert bool((probs[~mask] == 0).all())
+        assert bool(torch.isfinite(log_probs[mask]).all())
+        torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs[..., 0]))
+        action = sample_from_log_probs(log_probs, generator)
+        assert bool(mask.gather(-1, action.unsqueeze(-1)).all())
+        return action
+
+    with torch.no_grad():
+        steps = drive(policy, instance, k, z, starts, sample)
+    assert len(steps) >= 8 - (starts is not None)
+
+
+def test_sampler_never_draws_a_zero_probability_action() -> None:
+    """Many draws over rows with masked entries first, last and in between."""
+    generator = torch.Generator().manual_seed(0)
+    mask = torch.rand(64, 32, 7, generator=generator) < 0.5
+    mask[..., 3] = True
+    mask[0, 0] = torch.tensor([False, False, False, True, False, False, False])
+    logits = torch.randn(64, 32, 7, generator=generator) * 5
+    log_probs = logits.masked_fill(~mask, -math.inf).log_softmax(-1)
+    for _ in range(20):
+        action = sample_from_log_probs(log_probs, generator)
+        assert bool(mask.gather(-1, action.unsqueeze(-1)).all())
+    assert bool((action[0, 0] == 3).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. presets: exactly the fields of reference section 5, and each one runs
+# ---------------------------------------------------------------------------------------------
+# Fields in which each preset's (ModelConfig, TrainConfig) differ from full_linc's (CVRPTW).
+EXPECTED_DIFFERENCES: dict[str, tuple[dict, dict]] = {
+    "baseline": (
+        {"scorer": "baseline", "gated_attention": False, "depth_mixer": False},
+        {"advantage": "group_mean", "rollout_mask": "dense", "best_only_start_ratio": 0.0},
+    ),
+    "full_linc": ({}, {}),
+    "no_local": ({"scorer": "baseline"}, {}),
+    "naive_mlp": ({"scorer": "mlp", "centring": "none", "summary": "none"}, {}),
+    "no_gateattn": ({"gated_attention": False}, {}),
+    "no_depth_mixer": ({"depth_mixer": False}, {}),
+    "no_soft_top1": ({}, {"advantage": "group_mean", "best_only_start_ratio": 0.0}),
+    "group_mean": (
+        {},
+        {"advantage": "group_mean", "rollout_mask": "dense", "best_only_start_ratio": 0.0},
+    ),
+    "centered_mlp": (
+        {
+            "scorer": "mlp",
+            "centred_features": ("travel", "wait", "slack", "arrival", "departure", "angle"),
+            "depot_row": "zero",
+            "summary": "none",
+        },
+        {},
+    ),
+    "raw_linear": ({"centring": "none"}, {}),
+    "no_step_summary": ({"summary": "none"}, {}),
+    "full_mu_summary": ({"summary": "full_mean"}, {}),
+    "polynet": (
+        {
+            "scorer": "baseline",
+            "gated_attention": False,
+            "depth_mixer": False,
+            "node_static_features": (),
+            "input_scale": "horizon",
+        },
+        {"advantage": "group_mean", "normalize_advantage": False, "best_only_start_ratio": 0.0},
+    ),
+    "pomo": (
+        {
+            "scorer": "baseline",
+            "gated_attention": False,
+            "depth_mixer": False,
+            "node_static_features": (),
+            "input_scale": "horizon",
+            "z_dim": 0,
+        },
+        {
+            "advantage": "group_mean",
+            "normalize_advantage": False,
+            "rollout_mask": "dense",
+            "best_only_start_ratio": 0.0,
+            "multi_start": True,
+        },
+    ),
+}
+
+
+def test_preset_names_and_order() -> None:
+    assert ABLATION_VARIANTS == (
+        "baseline",
+        "full_linc",
+        "no_local",
+        "naive_mlp",
+        "no_gateattn",
+        "no_depth_mixer",
+        "no_soft_top1",
+        "group_mean",
+        "centered_mlp",
+        "raw_linear",
+        "no_step_summary",
+        "full_mu_summary",
+    )
+    assert set(PRESETS) == set(EXPECTED_DIFFERENCES) == {*ABLATION_VARIANTS, "polynet", "pomo"}
+
+
+def test_full_linc_is_the_reference_cvrptw_model() -> None:
+    """Reference sections 3 and 4: the common settings every variant is measured against."""
+    model, train = preset_configs("full_linc")
+    assert (model.embedding_dim, model.encoder_layers, model.num_heads) == (128, 6, 8)
+    assert (model.ff_hidden_dim, model.z_dim, model.poly_hidden_dim) == (512, 16, 256)
+    assert model.logit_clip == 10.0 and model.input_scale == "grid"
+    assert model.candidate_features == PROBLEM_FEATURES["cvrptw"]
+    assert model.effective_centred == ("travel", "wait", "slack", "arrival", "departure")
+    assert model.node_static_features == ("knn_nearest", "knn_mean", "knn_min")
+    assert model.gated_attention and model.gate_mode == "centered_sigmoid"
+    assert model.gate_init_bias == 2.0 and model.depth_mixer
+    assert (model.scorer, model.summary, model.depot_row) == ("linc", "partial", "centred")
+    assert model.scorer_hidden_dim == 128 and model.phi_bias
+    assert model.summary_stats == (("mean", "travel"), ("mean", "wait"), ("min", "slack"))
+    assert (train.advantage, train.rollout_mask) == ("soft_top1", "best_only")
+    assert train.best_only_start_ratio == 0.25 and train.normalize_advantage
+    assert (train.tau_start, train.tau_end) == (4.0, 0.25)
+    assert train.tau_anneal_ratio == pytest.approx(1 / 300)
+    assert (train.num_rollouts, train.batch_size, train.instances_per_epoch) == (128, 128, 6400)
+    assert (train.learning_rate, train.weight_decay, train.max_grad_norm) == (1e-4, 1e-6, 0.0)
+    assert not train.multi_start
+
+
+@pytest.mark.parametrize("preset", list(EXPECTED_DIFFERENCES))
+def test_preset_differs_from_full_linc_in_exactly_the_listed_fields(preset: str) -> None:
+    base_model, base_train = preset_configs("full_linc")
+    model, train = preset_configs(preset)
+    want_model, want_train = EXPECTED_DIFFERENCES[preset]
+    assert {key: b for key, (_, b) in config_differences(base_model, model).items()} == want_model
+    assert {key: b for key, (_, b) in config_differences(base_train, train).items()} == want_train
+    # On CVRP and TSP the same overrides apply to that problem's LINC model (which already
+    # has no GateAttn or Depth Mixer); feature lists become the problem's own.
+    for problem in ("cvrp", "tsp"):
+        other_base, other_base_train = preset_configs("full_linc", problem)
+        other, other_train = preset_configs(preset, problem)
+        overrides = dict(want_model)
+        if "centred_features" in overrides:
+            overrides["centred_features"] = PROBLEM_FEATURES[problem]
+        expected = {k: v for k, v in overrides.items() if getattr(other_base, k) != v}
+        got = {key: b for key, (_, b) in config_differences(other_base, other).items()}
+        assert got == expected, problem
+        assert config_differences(other_base_train, other_train) == config_differences(
+            base_train, train
+        )
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
+    """Tiny instances (n = 6, K = 4): every rollout visits each customer exactly once."""
+    batch, k, size = 2, 4, 6
+    policy = tiny_policy(preset, problem, seed=3)
+    instance = make_instances(problem, batch, size, seed=21).to(dtype=torch.float32)
+    z, starts = rollout_inputs(policy, batch, k, seed=8)
+    if problem == "tsp" and policy.config.z_dim > 0:
+        starts = None  # the default: every tour starts at city 0
+    with torch.no_grad():
+        result = policy.rollout(
+            instance, k, z=z, starts=starts, generator=torch.Generator().manual_seed(1)
+        )
+    assert result.actions.shape[:2] == (batch, k)
+    customers = range(1, size + 1) if problem != "tsp" else range(size)
+    for row in result.actions.flatten(0, 1).tolist():
+        visited = [node for node in row if node != 0] if problem != "tsp" else row[:size]
+        assert sorted(visited) == list(customers)
+    assert bool(torch.isfinite(result.cost).all()) and bool((result.cost > 0).all())
+    assert bool((result.log_likelihood <= 0).all())
+    if starts is not None and problem != "tsp":
+        assert torch.equal(result.actions[..., 0], starts)
+
+
+def test_z_is_required_when_the_model_has_z() -> None:
+    policy = tiny_policy("full_linc", "cvrptw")
+    instance = make_instances("cvrptw", 1, 5, seed=0).to(dtype=torch.float32)
+    with pytest.raises(ValueError, match="z vectors"):
+        policy.rollout(instance, 2)
+    with pytest.raises(ValueError, match="model is for cvrptw"):
+        policy.rollout(make_instances("tsp", 1, 5, seed=0).to(dtype=torch.float32), 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. configuration validation
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"candidate_features": ("travel", "speed")}, "candidate_features"),
+        ({"centred_features": ("travel", "load_after")}, "centred_features"),
+        ({"node_static_features": ("knn_max",)}, "node_static_features"),
+        ({"scorer": "mlp", "summary": "partial"}, "summary"),
+        ({"scorer": "mlp", "summary": "full_mean"}, "summary"),
+        ({"scorer": "attention"}, "scorer"),
+        ({"centring": "median"}, "centring"),
+        ({"depot_row": "mean"}, "depot_row"),
+        ({"summary": "full"}, "summary"),
+        ({"input_scale": "unit"}, "input_scale"),
+        ({"gate_mode": "tanh"}, "gate_mode"),
+        ({"static_feature_mode": "add"}, "static_feature_mode"),
+        ({"problem": "vrptw"}, "problem"),
+        ({"embedding_dim": 0}, "embedding_dim"),
+        ({"knn_k": 0}, "knn_k"),
+        ({"z_dim": -1}, "z_dim"),
+        ({"scorer": "linc", "candidate_features": ()}, "candidate_features"),
+    ],
+)
+def test_model_config_rejects_bad_values_naming_the_field(overrides: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ModelConfig(**overrides)
+
+
+def test_feature_names_are_checked_against_the_problem() -> None:
+    with pytest.raises(ValueError, match="candidate_features: 'wait' is not a cvrp feature"):
+        ModelConfig.for_problem("cvrp", candidate_features=("travel", "wait"))
+    with pytest.raises(ValueError, match="centred_features: 'slack' is not a tsp feature"):
+        ModelConfig.for_problem("tsp", centred_features=("travel", "slack"))
+    # The problems' defaults are valid and the mlp scorer without a summary is accepted.
+    for problem in PROBLEMS:
+        ModelConfig.for_problem(problem)
+        ModelConfig.for_problem(problem, scorer="mlp", summary="none")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"advantage": "top1"}, "advantage"),
+        ({"rollout_mask": "sparse"}, "rollout_mask"),
+        ({"num_rollouts": 0}, "num_rollouts"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"tau_start": 0.1, "tau_end": 0.2}, "tau"),
+        ({"num_rollouts": 1}, "num_rollouts"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
+def test_train_config_rejects_bad_values_naming_the_field(overrides: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**overrides)
+
+
+def test_unknown_preset_and_unknown_keys_are_named() -> None:
+    with pytest.raises(ValueError, match="unknown preset 'full_lnc'"):
+        preset_configs("full_lnc")
+    with pytest.raises(ValueError, match=r"unknown keys \['embeding_dim'\]"):
+        from_dict(ModelConfig, {"embeding_dim": 64})
+    rebuilt = from_dict(ModelConfig, dataclasses.asdict(preset_configs("centered_mlp")[0]))
+    assert rebuilt == preset_configs("centered_mlp")[0]

@@ -1,0 +1,158 @@
+"""Training: one step for every preset and problem, learning, resume, checkpoints, morphing."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from linc_core.config import ABLATION_VARIANTS, PRESETS, preset_configs
+from linc_core.model import LincPolicy, sample_z
+from linc_core.reference import solve_reference
+from linc_core.train import FixedData, GeneratedData, evaluate_best_of_k, fit, train_step
+from linc_core.train.checkpoint import load_checkpoint, save_checkpoint
+from linc_core.train.data import generate
+from linc_core.train.loop import policy_from_checkpoint
+
+TINY = {"embedding_dim": 32, "encoder_layers": 2, "num_heads": 4, "ff_hidden_dim": 64}
+
+
+def tiny_configs(preset: str, problem: str = "cvrptw", **train):
+    model, train_config = preset_configs(preset, problem, **train)
+    hidden = {"scorer_hidden_dim": 32, "poly_hidden_dim": 32}
+    return dataclasses.replace(model, **TINY, **hidden), train_config
+
+
+@pytest.mark.parametrize("problem", ["cvrptw", "cvrp", "tsp"])
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_takes_a_training_step(preset: str, problem: str) -> None:
+    model, config = tiny_configs(preset, problem, num_rollouts=4, batch_size=3)
+    torch.manual_seed(0)
+    policy = LincPolicy(model)
+    before = [p.detach().clone() for p in policy.parameters()]
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    instance = generate(problem, 3, 10, seed=11)
+    metrics = train_step(policy, optimizer, instance, config, 0.5, torch.Generator().manual_seed(1))
+    assert metrics.best_cost <= metrics.mean_cost
+    changed = sum(not torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
+    assert changed > 0
+    assert torch.isfinite(torch.tensor(metrics.loss))
+
+
+def test_training_cuts_cost_and_approaches_pyvrp() -> None:
+    """Learning on a fixed seeded set of 32 CVRPTW n=10 envelope instances.
+
+    Budget: 300 steps of batch 32 x K = 16 z-vectors with a small model (64-d, 3 layers,
+    lr 1e-3; about a minute on 2 CPUs). Measured on the development machine: untrained
+    best-of-16 (greedy per z) 804.1, trained 488.6 (-39%), PyVRP (0.2 s per instance) 483.8,
+    a gap of 1.0%. The test asks for a 20% cut and a gap under 10%.
+    """
+    model, config = preset_configs(
+        "full_linc",
+        "cvrptw",
+        num_rollouts=16,
+        batch_size=32,
+        instances_per_epoch=32,
+        epochs=300,
+        learning_rate=1e-3,
+        validation_size=0,
+    )
+    model = dataclasses.replace(model, embedding_dim=64, encoder_layers=3, scorer_hidden_dim=64)
+    torch.manual_seed(0)
+    policy = LincPolicy(model)
+    instances = generate("cvrptw", 32, 10, seed=2024)
+    before = evaluate_best_of_k(policy, instances, 16, seed=7).mean().item()
+    fit(policy, config, FixedData(instances, 32, seed=5))
+    after = evaluate_best_of_k(policy, instances, 16, seed=7).mean().item()
+    pyvrp = sum(solve_reference(instances, i, seconds=0.2).cost for i in range(32)) / 32
+    print(f"untrained {before:.2f} trained {after:.2f} pyvrp {pyvrp:.2f}")
+    assert after <= 0.8 * before
+    assert after <= 1.10 * pyvrp
+
+
+def test_resumed_run_is_bit_identical(tmp_path: Path) -> None:
+    model, config = tiny_configs(
+        "full_linc", num_rollouts=4, batch_size=4, instances_per_epoch=8, epochs=3
+    )
+    data = GeneratedData("cvrptw", 6, 4, 8, seed=3)
+
+    def fresh() -> LincPolicy:
+        torch.manual_seed(0)
+        return LincPolicy(model)
+
+    straight = fit(fresh(), config, data, checkpoint_dir=tmp_path / "a")
+    # Interrupt after one epoch, then resume from that checkpoint.
+    interrupted = fit(fresh(), config, data, checkpoint_dir=tmp_path / "b", max_steps=2)
+    assert interrupted.epochs_done == 1 and interrupted.stopped_early
+    shutil.copy(interrupted.last_checkpoint, tmp_path / "epoch1.pt")
+    resumed = fit(fresh(), config, data, resume_from=tmp_path / "epoch1.pt")
+    assert resumed.epochs_done == 3 and resumed.global_step == straight.global_step == 6
+    for (name, a), b in zip(
+        straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert [h["train_best_cost"] for h in resumed.history] == [
+        h["train_best_cost"] for h in straight.history
+    ]
+
+
+def test_checkpoint_is_self_describing(tmp_path: Path) -> None:
+    model, config = tiny_configs(
+        "raw_linear", num_rollouts=4, batch_size=2, instances_per_epoch=2, epochs=1
+    )
+    result = fit(
+        LincPolicy(model),
+        config,
+        GeneratedData("cvrptw", 5, 2, 2, seed=1),
+        checkpoint_dir=tmp_path,
+        data_id="manifest-abc",
+    )
+    payload = load_checkpoint(result.last_checkpoint)
+    assert payload["model_config"] == model and payload["train_config"] == config
+    assert payload["data_id"] == "manifest-abc" and payload["epoch"] == 1
+    policy, _ = policy_from_checkpoint(result.last_checkpoint)
+    for a, b in zip(policy.state_dict().values(), result.policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    payload["format_version"] = 99
+    bad = tmp_path / "bad.pt"
+    save_checkpoint(bad, payload | {"model_config": {}, "train_config": {}})
+    with pytest.raises(ValueError, match="format_version"):
+        load_checkpoint(bad)
+    assert not list(tmp_path.glob(".*.pt.*"))  # no temp files left behind
+
+
+def test_score_morphing_interpolates_between_reference_and_policy() -> None:
+    model, _ = tiny_configs("full_linc")
+    reference_model, _ = tiny_configs("polynet")
+    torch.manual_seed(0)
+    policy, reference = LincPolicy(model), LincPolicy(reference_model)
+    instance = generate("cvrptw", 2, 6, seed=4)
+    z = sample_z(2, 3, 16, torch.Generator().manual_seed(0))
+
+    def greedy(p: LincPolicy, morph=None):
+        with torch.no_grad():
+            return p.rollout(instance, 3, z=z, decoding="greedy", morph=morph)
+
+    at_zero = greedy(policy, (reference, 0.0))
+    at_one = greedy(policy, (reference, 1.0))
+    assert torch.equal(at_zero.actions, greedy(reference).actions)
+    torch.testing.assert_close(at_zero.log_likelihood, greedy(reference).log_likelihood)
+    assert torch.equal(at_one.actions, greedy(policy).actions)
+    torch.testing.assert_close(at_one.log_likelihood, greedy(policy).log_likelihood)
+
+
+def test_amp_is_ignored_on_cpu() -> None:
+    model, config = tiny_configs(
+        "baseline", num_rollouts=4, batch_size=2, instances_per_epoch=2, epochs=1
+    )
+    assert config.amp
+    result = fit(LincPolicy(model), config, GeneratedData("cvrptw", 5, 2, 2, seed=1))
+    assert result.epochs_done == 1
+    assert all(p.dtype == torch.float32 for p in result.policy.parameters())
+
+
+def test_ablation_variant_list_is_the_papers_twelve() -> None:
+    assert len(ABLATION_VARIANTS) == 12 and ABLATION_VARIANTS[:2] == ("baseline", "full_linc")
