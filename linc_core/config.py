@@ -353,7 +353,7 @@ PRESETS: dict[str, Preset] = {
                 "depth_mixer": False,
                 "node_static_features": (),
                 "input_scale": "horizon",
-                
+                "z_dim": 0,
             },
             train={
                 "advantage": "group_mean",

@@ -34,7 +34,7 @@ def feasible_customer_stats(
         phi: ``[B, K, N, P]`` features; feasible: ``[B, K, N]`` bool (depot column False).
 
     Returns:
-        (``[B, K]`` feasible ratio ``|F| / n``, ``[B, K, P]`` mean over F (0 if empty),
+        (``[B, K]`` feasible ratio ``max(|F|, 1) / n``, ``[B, K, P]`` mean over F (0 if empty),
         ``[B, K, P]`` min over F (0 if empty)).
     """
     weight = feasible.to(phi.dtype).unsqueeze(-1)  # [B, K, N, 1]
@@ -42,7 +42,10 @@ def feasible_customer_stats(
     mean = (phi * weight).sum(-2) / count.clamp_min(1.0)
     minimum = phi.masked_fill(~feasible.unsqueeze(-1), float("inf")).amin(-2)
     minimum = torch.where(count > 0, minimum, torch.zeros_like(minimum))
-    ratio = count.squeeze(-1) / max(num_customers, 1)
+    # |F| is floored at 1 in the ratio, as the reference does (rho = 1/n on an empty F, where
+    # the paper's formula gives 0). Only the depot is feasible then, so the policy is the same
+    # either way; the floor keeps our summaries equal to the reference's at every step.
+    ratio = count.squeeze(-1).clamp_min(1.0) / max(num_customers, 1)
     return ratio, mean, minimum
 
 
