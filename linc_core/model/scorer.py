@@ -25,28 +25,53 @@ from torch import Tensor, nn
 from linc_core.config import PROBLEM_FEATURES, ModelConfig
 
 
-def feasible_customer_stats(
-    phi: Tensor, feasible: Tensor, num_customers: int
+def feature_major(table: Tensor) -> Tensor:
+    """``[B, K, N, F] -> [B, K, F, N]``, free when the environment built it feature-major."""
+    fm = table.transpose(-1, -2)
+    return fm if fm.is_contiguous() else fm.contiguous()
+
+
+def feasible_weight(
+    feasible: Tensor, dtype: torch.dtype, num_customers: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Masked statistics of the candidate features over the feasible customers.
+    """(``[B, K, N]`` 0/1 weights, ``[B, K, 1]`` |F|, ``[B, K]`` ratio ``max(|F|, 1) / n``).
+
+    |F| is floored at 1 in the ratio, as the reference does (rho = 1/n on an empty F, where the
+    paper's formula gives 0). Only the depot is feasible then, so the policy is the same either
+    way; the floor keeps our summaries equal to the reference's at every step.
+    """
+    weight = feasible.to(dtype)
+    count = weight.sum(-1, keepdim=True)
+    return weight, count, count.squeeze(-1).clamp_min(1.0) / max(num_customers, 1)
+
+
+def masked_means(fm: Tensor, weight: Tensor, count: Tensor) -> Tensor:
+    """``[B, K, F]`` means of feature-major rows ``[B, K, F, N]`` over F (0 when F is empty)."""
+    return torch.matmul(fm, weight.unsqueeze(-1)).squeeze(-1) / count.clamp_min(1.0)
+
+
+def masked_minima(fm: Tensor, feasible: Tensor, count: Tensor) -> Tensor:
+    """``[B, K, F]`` minima of feature-major rows over F (0 when F is empty)."""
+    minimum = fm.masked_fill(~feasible.unsqueeze(-2), float("inf")).amin(-1)
+    return torch.where(count > 0, minimum, torch.zeros_like(minimum))
+
+
+def choice_rows(feasible_count: Tensor) -> Tensor | None:
+    """Flat indices of the rollouts with at least two feasible actions, or None if all have.
 
     Args:
-        phi: ``[B, K, N, P]`` features; feasible: ``[B, K, N]`` bool (depot column False).
-
-    Returns:
-        (``[B, K]`` feasible ratio ``max(|F|, 1) / n``, ``[B, K, P]`` mean over F (0 if empty),
-        ``[B, K, P]`` min over F (0 if empty)).
+        feasible_count: ``[B, K]`` feasible actions per rollout (depot included).
     """
-    weight = feasible.to(phi.dtype).unsqueeze(-1)  # [B, K, N, 1]
-    count = weight.sum(-2)  # [B, K, 1]
-    mean = (phi * weight).sum(-2) / count.clamp_min(1.0)
-    minimum = phi.masked_fill(~feasible.unsqueeze(-1), float("inf")).amin(-2)
-    minimum = torch.where(count > 0, minimum, torch.zeros_like(minimum))
-    # |F| is floored at 1 in the ratio, as the reference does (rho = 1/n on an empty F, where
-    # the paper's formula gives 0). Only the depot is feasible then, so the policy is the same
-    # either way; the floor keeps our summaries equal to the reference's at every step.
-    ratio = count.squeeze(-1).clamp_min(1.0) / max(num_customers, 1)
-    return ratio, mean, minimum
+    has_choice = (feasible_count > 1).flatten()
+    if bool(has_choice.all()):
+        return None
+    return has_choice.nonzero().squeeze(1)
+
+
+def scatter_rows(values: Tensor, rows: Tensor, lead: torch.Size, fill: float) -> Tensor:
+    """``[R, C]`` rows back into a ``[*lead, C]`` tensor filled with ``fill`` elsewhere."""
+    out = values.new_full((lead[0] * lead[1], values.shape[-1]), fill)
+    return out.index_copy(0, rows, values).view(*lead, values.shape[-1])
 
 
 def feasible_customers(mask: Tensor, has_depot: bool) -> Tensor:
@@ -71,6 +96,7 @@ class CandidateScorer(nn.Module):
             torch.tensor([table.index(f) for f in config.candidate_features], dtype=torch.long),
             persistent=False,
         )
+        self.selects_all = tuple(config.candidate_features) == table
         centred = [f in config.effective_centred for f in config.candidate_features]
         self.register_buffer("centred_columns", torch.tensor(centred), persistent=False)
         self.zero_depot_row = config.depot_row == "zero"
@@ -117,33 +143,89 @@ class CandidateScorer(nn.Module):
         if self.kind == "baseline":
             return base
         assert table is not None
-        table = table.to(context.dtype)
-        feasible = feasible_customers(mask, has_depot)
-        num_customers = mask.shape[-1] - int(has_depot)
-        phi, ratio = self.centred_features(table, mask, has_depot)
         if self.kind == "mlp":
+            phi, _ = self.centred_features(table, mask, has_depot)
             hidden_context = nn.functional.linear(
                 context, self.mlp_hidden.weight[:, : context.shape[-1]], self.mlp_hidden.bias
             )  # [B, K, Hm]: the context half of the first layer, once per rollout
             hidden = hidden_context.unsqueeze(2) + nn.functional.linear(
-                phi, self.mlp_hidden.weight[:, context.shape[-1] :]
+                phi.to(context.dtype), self.mlp_hidden.weight[:, context.shape[-1] :]
             )
             return base + self.mlp_out(nn.functional.gelu(hidden)).squeeze(-1)
-        modulated, alpha = context, None
-        if self.summary_mode != "none":
+        fm = feature_major(table.to(context.dtype))  # [B, K, F, N]
+        feasible = feasible_customers(mask, has_depot)
+        num_customers = mask.shape[-1] - int(has_depot)
+        weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
+        means = masked_means(fm, weight, count)  # [B, K, F]
+        phi = fm if self.selects_all else fm.index_select(-2, self.feature_index)  # [B, K, P, N]
+        shift = means.index_select(-1, self.feature_index) * self.centred_columns.to(fm.dtype)
+        comparator, offset, alpha = self._comparator(
+            context, table, feasible, num_customers, ratio, mask.sum(-1)
+        )
+        local = (phi * comparator.unsqueeze(-1)).sum(-2)  # [B, K, N]
+        offset = offset - (shift * comparator).sum(-1, keepdim=True)
+        return (base if alpha is None else alpha * base) + local + offset
+
+    def _comparator(
+        self,
+        context: Tensor,
+        table: Tensor,
+        feasible: Tensor,
+        num_customers: int,
+        ratio: Tensor,
+        feasible_count: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The shared comparator ``v = W_phi^T h~`` ``[B, K, P]``, ``<h~, b_phi>`` ``[B, K, 1]``
+        and alpha ``[B, K, 1]`` (None without a summary).
+
+        ``h~ = h * (1 + gamma) + beta`` enters the score only through ``W_phi^T h~`` and
+        ``<h~, b_phi>``, and beta is affine in its hidden input, so the beta branch is folded
+        into ``[W_phi | b_phi]^T W_beta`` (P + 1 rows instead of d): the same function with a
+        d x d matmul fewer per step.
+        """
+        projection = self.full_phi_proj.weight  # [D, P]
+        if self.full_phi_proj.bias is not None:
+            projection = torch.cat([projection, self.full_phi_proj.bias.unsqueeze(-1)], dim=-1)
+        if self.summary_mode == "none":
+            extended = torch.matmul(context, projection)
+            alpha = None
+        else:
             summary = self.step_summary(table, feasible, num_customers, ratio)
-            s = nn.functional.gelu(self.summary_input_proj(torch.cat([context, summary], dim=-1)))
+            inputs = torch.cat([context, summary], dim=-1)  # [B, K, D + S]
+            rows = choice_rows(feasible_count)
+            if rows is not None:  # modulate only rollouts that have a choice to make
+                inputs = inputs.flatten(0, 1).index_select(0, rows)
+            s = nn.functional.gelu(self.summary_input_proj(inputs))
             s_gamma, s_beta, s_alpha = s.chunk(3, dim=-1)
             gamma = torch.tanh(self.summary_to_gamma(s_gamma))
-            beta = self.summary_to_beta(s_beta)
-            alpha = torch.sigmoid(self.summary_to_alpha(s_alpha))  # [B, K, 1]
-            modulated = context * (1.0 + gamma) + beta
-        # <h~, W_phi phi_j + b> = phi_j . (W_phi^T h~) + <h~, b>: one shared weight per rollout.
-        comparator = torch.matmul(modulated, self.full_phi_proj.weight)  # [B, K, P]
-        local = (phi * comparator.unsqueeze(-2)).sum(-1)
-        if self.full_phi_proj.bias is not None:
-            local = local + (modulated * self.full_phi_proj.bias).sum(-1, keepdim=True)
-        return (base if alpha is None else alpha * base) + local
+            alpha = torch.sigmoid(self.summary_to_alpha(s_alpha))
+            folded_weight = projection.t() @ self.summary_to_beta.weight  # [P(+1), H]
+            folded_bias = projection.t() @ self.summary_to_beta.bias  # [P(+1)]
+            beta_part = nn.functional.linear(s_beta, folded_weight, folded_bias)
+            if rows is not None:
+                # A forced rollout's scores do not matter (its one action has probability 1
+                # whatever they are); neutral values keep them finite.
+                gamma = scatter_rows(gamma, rows, context.shape[:2], 0.0)
+                alpha = scatter_rows(alpha, rows, context.shape[:2], 1.0)
+                beta_part = scatter_rows(beta_part, rows, context.shape[:2], 0.0)
+            extended = torch.matmul(context * (1.0 + gamma), projection) + beta_part
+        p = self.full_phi_proj.weight.shape[1]
+        if self.full_phi_proj.bias is None:
+            return extended, extended.new_zeros(extended.shape[:-1] + (1,)), alpha
+        return extended[..., :p], extended[..., p:], alpha
+
+    def _summary(
+        self, fm: Tensor, feasible: Tensor, count: Tensor, ratio: Tensor, means: Tensor
+    ) -> Tensor:
+        columns = [c for stat, c in self.summary_columns if stat == "min"]
+        minima = {}
+        if columns:
+            rows = fm[:, :, columns]
+            minima = dict(
+                zip(columns, masked_minima(rows, feasible, count).unbind(-1), strict=True)
+            )
+        stats = [means[..., c] if stat == "mean" else minima[c] for stat, c in self.summary_columns]
+        return torch.stack([ratio, *stats], dim=-1)
 
     def centred_features(
         self, table: Tensor, mask: Tensor, has_depot: bool
@@ -162,9 +244,11 @@ class CandidateScorer(nn.Module):
         """
         feasible = feasible_customers(mask, has_depot)
         num_customers = mask.shape[-1] - int(has_depot)
-        phi = table.index_select(-1, self.feature_index)  # [B, K, N, P]
-        ratio, mean, _ = feasible_customer_stats(phi, feasible, num_customers)
-        phi = phi - mean.unsqueeze(-2) * self.centred_columns.to(phi.dtype)
+        fm = feature_major(table)
+        weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
+        phi = fm.index_select(-2, self.feature_index)  # [B, K, P, N]
+        shift = masked_means(phi, weight, count) * self.centred_columns.to(fm.dtype)
+        phi = (phi - shift.unsqueeze(-1)).transpose(-1, -2)  # [B, K, N, P]
         if self.zero_depot_row and has_depot:
             phi = torch.cat([torch.zeros_like(phi[:, :, :1]), phi[:, :, 1:]], dim=2)
         return phi, ratio
@@ -173,12 +257,8 @@ class CandidateScorer(nn.Module):
         self, table: Tensor, feasible: Tensor, num_customers: int, ratio: Tensor | None = None
     ) -> Tensor:
         """``[B, K, 1 + S]`` r_t: the feasible ratio, then each (statistic, feature) over F."""
-        columns = torch.tensor([c for _, c in self.summary_columns], device=table.device)
-        picked = table.index_select(-1, columns)
-        ratio_, mean, minimum = feasible_customer_stats(picked, feasible, num_customers)
-        ratio = ratio_ if ratio is None else ratio
-        stats = [
-            mean[..., i] if stat == "mean" else minimum[..., i]
-            for i, (stat, _) in enumerate(self.summary_columns)
-        ]
-        return torch.stack([ratio, *stats], dim=-1)
+        fm = feature_major(table)
+        _, count, ratio_ = feasible_weight(feasible, fm.dtype, num_customers)
+        weight = feasible.to(fm.dtype)
+        means = masked_means(fm, weight, count)
+        return self._summary(fm, feasible, count, ratio_ if ratio is None else ratio, means)

@@ -150,12 +150,15 @@ class CVRPTWEnv:
         )
         self.servable_from_depot = from_depot.squeeze(1)  # [B, N]
         self.servable_from_depot[:, 0] = False
-        self.is_customer = torch.ones(self.num_nodes, dtype=torch.bool, device=locs.device)
-        self.is_customer[0] = False
         # Feature normalisers (reference section 1.5).
         self.feature_distance_scale = self.travel_time.flatten(1).amax(1).clamp_min(1.0)  # [B]
         self.node_angle = depot_angles(locs, locs[:, 0])  # [B, N]
         self.node_angle[:, 0] = 0.0
+        # The angle feature depends on (current node, candidate) only: one [B, N, N] table.
+        self.angle_table = angle_difference_norm(
+            self.node_angle.unsqueeze(1), self.node_angle.unsqueeze(2)
+        )
+        self.unbounded_windows = not bool(torch.isfinite(self.due).all())
         finite_dues = torch.where(torch.isfinite(self.due[:, 1:]), self.due[:, 1:], -inf)
         self.max_customer_due = finite_dues.amax(1).clamp_min(0.0)  # [B]
 
@@ -258,18 +261,26 @@ class CVRPTWEnv:
         Returns:
             ``[B, K, N, 6]``.
         """
+        b, k, n = state.mask.shape
+        # Built feature-major ([B, K, 6, N], returned as a [B, K, N, 6] view) so that each
+        # feature is one contiguous slab for the scorer.
+        table = torch.empty(
+            b, k, 6, n, dtype=self.travel_time.dtype, device=self.travel_time.device
+        )
         travel_time = gather_rows(self.travel_time, state.current)
         arrival = travel_time + state.time.unsqueeze(-1)  # the same arithmetic as the mask
         start = state.service_start
         inv_h = 1.0 / (self.feature_horizon(state) + FEATURE_EPS).unsqueeze(-1)  # [B, K, 1]
-        travel = travel_time / self.feature_distance_scale.view(-1, 1, 1)
-        wait = (start - arrival) * inv_h
-        slack = (self.due.unsqueeze(1) - start) * inv_h
-        departure = (start + self.service.unsqueeze(1)) * inv_h
-        current_angle = gather_nodes(self.node_angle, state.current).unsqueeze(-1)
-        angle = angle_difference_norm(self.node_angle.unsqueeze(1), current_angle)
-        table = torch.stack([travel, wait, slack, arrival * inv_h, departure, angle], dim=-1)
-        return finite_or_zero(table) * self.is_customer.view(1, 1, -1, 1)
+        torch.div(travel_time, self.feature_distance_scale.view(-1, 1, 1), out=table[:, :, 0])
+        torch.sub(start, arrival, out=table[:, :, 1]).mul_(inv_h)
+        torch.sub(self.due.unsqueeze(1), start, out=table[:, :, 2]).mul_(inv_h)
+        torch.mul(arrival, inv_h, out=table[:, :, 3])
+        torch.add(start, self.service.unsqueeze(1), out=table[:, :, 4]).mul_(inv_h)
+        table[:, :, 5] = gather_rows(self.angle_table, state.current)
+        if self.unbounded_windows:
+            table = finite_or_zero(table)
+        table[..., 0] = 0.0  # the depot's row
+        return table.transpose(-1, -2)
 
     # ------------------------------------------------------------------ cost from actions
     def route_length(self, actions: Tensor) -> Tensor:

@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instances-per-epoch", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--validation-size", type=int, default=64)
+    p.add_argument("--validation-every", type=int, default=1, help="epochs between validations")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=1234)
@@ -76,7 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides: dict = {"seed": args.seed, "device": args.device}
+    overrides: dict = {
+        "seed": args.seed,
+        "device": args.device,
+        "validation_every": args.validation_every,
+    }
     if args.protocol == "ablation":
         if args.problem != "cvrptw":
             raise SystemExit("--protocol ablation is a CVRPTW protocol")
