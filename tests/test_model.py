@@ -158,6 +158,28 @@ def reference_state_dict() -> dict[str, Tensor]:
     return torch.load(path, weights_only=True)
 
 
+def assert_reproduces_golden_probabilities(policy: LincPolicy) -> None:
+    """Replay golden case 0 with the two golden z vectors; probabilities within 1e-5."""
+    golden = load_golden("linc_model_golden.json")
+    case = load_golden("cvrptw_env_golden.json")["cases"][0]
+    instance = instance_from_golden(case)
+    policy.eval()
+    z = torch.tensor(golden["z"]).unsqueeze(0)  # [1, 2, 16]
+    env = CVRPTWEnv(instance, num_rollouts=2)
+    state = env.reset()
+    recorded = {record["step"]: record for record in golden["steps"]}
+    assert sorted(recorded) == [record["step"] for record in case["steps"]]
+    with torch.no_grad():
+        cache, time_scale = policy.encode(instance)
+        for record, action in zip(case["steps"], case["actions"][1:], strict=True):
+            scores = policy.step_scores(env, state, cache, time_scale, z)
+            probs = policy.log_probs(scores, state.mask).exp()[0]  # [2, N]
+            expected = torch.tensor(recorded[record["step"]]["probs_per_z"])
+            torch.testing.assert_close(probs, expected, atol=1e-5, rtol=0)
+            state = env.step(state, torch.tensor([[action, action]]))
+    assert bool(state.finished.all())
+
+
 def test_golden_model_replay_reproduces_reference_probabilities() -> None:
     """The reference's full_linc weights give its probabilities at every step (1e-5)."""
     golden = load_golden("linc_model_golden.json")
@@ -174,20 +196,7 @@ def test_golden_model_replay_reproduces_reference_probabilities() -> None:
         static, torch.tensor(golden["node_static_features"]), atol=1e-5, rtol=0
     )
 
-    z = torch.tensor(golden["z"]).unsqueeze(0)  # [1, 2, 16]
-    env = CVRPTWEnv(instance, num_rollouts=2)
-    state = env.reset()
-    recorded = {record["step"]: record for record in golden["steps"]}
-    assert sorted(recorded) == [record["step"] for record in case["steps"]]
-    with torch.no_grad():
-        cache, time_scale = policy.encode(instance)
-        for record, action in zip(case["steps"], case["actions"][1:], strict=True):
-            scores = policy.step_scores(env, state, cache, time_scale, z)
-            probs = policy.log_probs(scores, state.mask).exp()[0]  # [2, N]
-            expected = torch.tensor(recorded[record["step"]]["probs_per_z"])
-            torch.testing.assert_close(probs, expected, atol=1e-5, rtol=0)
-            state = env.step(state, torch.tensor([[action, action]]))
-    assert bool(state.finished.all())
+    assert_reproduces_golden_probabilities(policy)
 
 
 def test_reference_state_dict_with_missing_key_is_rejected_by_name() -> None:
@@ -746,3 +755,47 @@ def test_unknown_preset_and_unknown_keys_are_named() -> None:
         from_dict(ModelConfig, {"embeding_dim": 64})
     rebuilt = from_dict(ModelConfig, dataclasses.asdict(preset_configs("centered_mlp")[0]))
     assert rebuilt == preset_configs("centered_mlp")[0]
+
+
+def test_reference_model_params_rebuild_the_golden_model(tmp_path) -> None:
+    """A reference trainer checkpoint (model_params + model_state_dict) loads as full_linc and
+    replays the golden probabilities; each preset's switches survive the parameter mapping."""
+    from linc_core.model.reference_format import (
+        config_from_reference_params,
+        load_reference_checkpoint,
+    )
+
+    golden = load_golden("linc_model_golden.json")
+    config = config_from_reference_params(golden["model_params"])
+    assert config == preset_configs("full_linc")[0]
+    path = tmp_path / "checkpoint-1.pt"
+    torch.save(
+        {
+            "epoch": 1,
+            "model_params": golden["model_params"],
+            "model_state_dict": reference_state_dict(),
+        },
+        path,
+    )
+    policy, loaded_config, _ = load_reference_checkpoint(str(path))
+    assert loaded_config == config
+    assert_reproduces_golden_probabilities(policy)
+    for name, switches in {
+        "raw_linear": {"qlite_feature_centering_mode": "raw"},
+        "no_step_summary": {
+            "qlite_disable_summary_modulation": True,
+            "qlite_force_alpha_one": True,
+        },
+        "full_mu_summary": {"qlite_summary_mode": "full_mu"},
+        "naive_mlp": {"candidate_scorer_type": "mlp_score_only", "mlp_score_feature_mode": "raw"},
+        "centered_mlp": {
+            "candidate_scorer_type": "mlp_score_only",
+            "mlp_score_feature_mode": "centered",
+        },
+        "no_gateattn": {"use_gated_attention": False},
+        "no_depth_mixer": {"use_depth_mixer": False},
+    }.items():
+        params = {**golden["model_params"], **switches}
+        assert config_from_reference_params(params) == preset_configs(name)[0], name
+    with pytest.raises(ValueError, match="candidate_scorer_type"):
+        config_from_reference_params({**golden["model_params"], "candidate_scorer_type": "other"})

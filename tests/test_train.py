@@ -156,3 +156,22 @@ def test_amp_is_ignored_on_cpu() -> None:
 
 def test_ablation_variant_list_is_the_papers_twelve() -> None:
     assert len(ABLATION_VARIANTS) == 12 and ABLATION_VARIANTS[:2] == ("baseline", "full_linc")
+
+
+def test_warm_start_copies_the_shared_backbone_only() -> None:
+    from linc_core.train.loop import warm_start
+
+    linc_model, _ = tiny_configs("full_linc")
+    polynet_model, _ = tiny_configs("polynet")
+    torch.manual_seed(1)
+    source = LincPolicy(polynet_model)
+    torch.manual_seed(2)
+    target = LincPolicy(linc_model)
+    scorer_before = {k: v.clone() for k, v in target.scorer.state_dict().items()}
+    copied = warm_start(target, source)
+    assert "decoder.poly_layer_1.weight" in copied and "encoder.layers.0.Wq.weight" in copied
+    assert not any(name.startswith("scorer.") for name in copied)
+    for name in copied:
+        assert torch.equal(target.state_dict()[name], source.state_dict()[name])
+    for key, value in target.scorer.state_dict().items():
+        assert torch.equal(value, scorer_before[key])

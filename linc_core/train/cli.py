@@ -28,7 +28,7 @@ from linc_core.problems.generators import truncate_customers
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
 from linc_core.train.data import FixedData, GeneratedData, generate
-from linc_core.train.loop import PrintProgress, fit
+from linc_core.train.loop import PrintProgress, fit, policy_from_checkpoint, warm_start
 
 ABLATION_PROTOCOL = {
     "num_rollouts": 128,
@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")
+    p.add_argument(
+        "--warm-start",
+        type=Path,
+        default=None,
+        help="linc checkpoint whose matching weights seed the model",
+    )
+    p.add_argument("--morph-from", type=Path, default=None, help="reference policy checkpoint")
+    p.add_argument("--morph-epochs", type=int, default=100, help="lambda 0 -> 1 over these epochs")
     return p
 
 
@@ -137,8 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             {"preset": args.preset, "model": to_dict(model_config), "train": to_dict(train_config)}
         )
     )
+    morph_reference = None
+    if args.morph_from is not None:
+        morph_reference, _ = policy_from_checkpoint(args.morph_from, args.device)
+        train_config = replace(train_config, morph_epochs=args.morph_epochs)
     torch.manual_seed(derive_seed(args.seed, "init"))
     policy = LincPolicy(model_config)
+    if args.warm_start is not None:
+        source, _ = policy_from_checkpoint(args.warm_start)
+        copied = warm_start(policy, source)
+        print(f"warm start: {len(copied)} tensors from {args.warm_start}")
     started = time.perf_counter()
     result = fit(
         policy,
@@ -150,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume_from=args.resume,
         max_seconds=args.minutes * 60 if args.minutes else None,
         data_id=data_id,
+        morph_reference=morph_reference,
     )
     last = result.history[-1]
     print(

@@ -236,6 +236,22 @@ def policy_from_checkpoint(
     return policy, payload
 
 
+def warm_start(policy: LincPolicy, source: LincPolicy) -> list[str]:
+    """Copy every parameter of ``source`` whose name and shape match into ``policy``.
+
+    The paper warm-starts TSP/CVRP LINC from converged PolyNet weights: the encoder and decoder
+    carry over, the LINC scorer starts fresh. Returns the copied names.
+    """
+    ours = policy.state_dict()
+    copied = {
+        name: value
+        for name, value in source.state_dict().items()
+        if name in ours and ours[name].shape == value.shape
+    }
+    policy.load_state_dict(copied, strict=False)
+    return sorted(copied)
+
+
 def history_summary(history: list[dict[str, Any]]) -> dict[str, float]:
     """First and last epoch figures (for printing)."""
     if not history:
@@ -259,4 +275,5 @@ __all__ = [
     "fit",
     "history_summary",
     "policy_from_checkpoint",
+    "warm_start",
 ]
