@@ -35,7 +35,13 @@ def run_generator(quick: bool) -> list[dict]:
     return [bench_envelope(n=100, instances=4096, seconds=1.0 if quick else 3.0)]
 
 
-BENCHMARKS = {"env": run_env, "generator": run_generator}
+def run_train(quick: bool) -> list[dict]:
+    from bench.bench_train import bench_train
+
+    return bench_train(repeats=1 if quick else 3)
+
+
+BENCHMARKS = {"env": run_env, "generator": run_generator, "train": run_train}
 
 
 def main() -> None:
@@ -48,11 +54,11 @@ def main() -> None:
     results = []
     for name in args.only.split(","):
         results.extend(BENCHMARKS[name.strip()](args.quick))
-    print(f"\n{'benchmark':<72} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
+    print(f"\n{'benchmark':<80} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
     for r in results:
         peer = f"{r['peer']:10.1f}" if "peer" in r else f"{'-':>10}"
         target = f"{r['target']:.2f}x" if "peer" in r else f"{r['target']:,.0f}"
-        print(f"{r['name']:<72} {r['ours']:10.1f} {peer} {r['ratio']:7.2f} {target:>7}")
+        print(f"{r['name']:<80} {r['ours']:10.1f} {peer} {r['ratio']:7.2f} {target:>7}")
         if "peer_name" in r:
             print(f"{'':<4}peer: {r['peer_name']}")
     out = Path(__file__).parent / "results"

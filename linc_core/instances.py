@@ -45,7 +45,7 @@ class InstanceError(ValueError):
         super().__init__(f"{source}: field '{field}' = {value!r}: {problem}")
 
 
-_TENSOR_FIELDS = (
+TENSOR_FIELDS = (
     "locs",
     "demand",
     "capacity",
@@ -208,7 +208,7 @@ class Instance:
     ) -> Instance:
         """Move every tensor to ``device`` and/or cast the floating fields to ``dtype``."""
         return replace(
-            self, **{f: getattr(self, f).to(device=device, dtype=dtype) for f in _TENSOR_FIELDS}
+            self, **{f: getattr(self, f).to(device=device, dtype=dtype) for f in TENSOR_FIELDS}
         )
 
     def select(self, index: slice | Sequence[int] | Tensor) -> Instance:
@@ -218,13 +218,13 @@ class Instance:
         if self.names is not None:
             rows = range(self.batch_size)[idx] if isinstance(idx, slice) else idx.tolist()
             names = tuple(self.names[i] for i in rows)
-        return replace(self, names=names, **{f: getattr(self, f)[idx] for f in _TENSOR_FIELDS})
+        return replace(self, names=names, **{f: getattr(self, f)[idx] for f in TENSOR_FIELDS})
 
     def repeat(self, times: int) -> Instance:
         """Tile the batch ``times`` times along B (block-major: row = copy * B + b)."""
         reps = {
             f: getattr(self, f).repeat(times, *([1] * (getattr(self, f).dim() - 1)))
-            for f in _TENSOR_FIELDS
+            for f in TENSOR_FIELDS
         }
         names = self.names * times if self.names is not None else None
         return replace(self, names=names, **reps)
@@ -247,7 +247,7 @@ class Instance:
         return Instance(
             problem=batches[0].problem,
             names=names,
-            **{f: torch.cat([getattr(b, f) for b in batches]) for f in _TENSOR_FIELDS},
+            **{f: torch.cat([getattr(b, f) for b in batches]) for f in TENSOR_FIELDS},
         )
 
     def field_names(self) -> tuple[str, ...]:

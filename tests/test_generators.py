@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from linc_core import instances as instances_module
-from linc_core.instances import Instance
+from linc_core.instances import TENSOR_FIELDS, Instance
 from linc_core.problems.generators import (
     CVRP_CAPACITY_BY_SIZE,
     ENVELOPE_FAMILIES,
@@ -28,15 +28,7 @@ from linc_core.problems.generators import (
 from linc_core.seeding import derive_seed
 from tests.golden import load_golden
 
-_FIELDS = (
-    "locs",
-    "demand",
-    "capacity",
-    "time_windows",
-    "service_time",
-    "travel_time_scale",
-    "grid_size",
-)
+_FIELDS = TENSOR_FIELDS
 
 
 def _same(a: Instance, b: Instance) -> bool:
