@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--validation-size", type=int, default=64)
     p.add_argument("--validation-every", type=int, default=1, help="epochs between validations")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 per run when runs share CPUs)",
+    )
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")
