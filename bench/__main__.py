@@ -41,7 +41,18 @@ def run_train(quick: bool) -> list[dict]:
     return bench_train(repeats=1 if quick else 3)
 
 
-BENCHMARKS = {"env": run_env, "generator": run_generator, "train": run_train}
+def run_datagen(quick: bool) -> list[dict]:
+    from bench.bench_datagen import bench_datagen
+
+    return bench_datagen(quick=quick)
+
+
+BENCHMARKS = {
+    "env": run_env,
+    "generator": run_generator,
+    "train": run_train,
+    "datagen": run_datagen,
+}
 
 
 def main() -> None:

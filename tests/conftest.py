@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,18 @@ def data_dir() -> Path:
         return resolve_data_dir()
     except FileNotFoundError as err:
         pytest.skip(f"benchmark data not available: {err}")
+
+
+# Ray's node address is loopback only when it believes it is not part of a cluster; set before
+# `ray` is first imported so every socket of the test session listens on 127.0.0.1.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray (2 CPUs, no dashboard) shared by every test that needs it; skip without Ray."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
