@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -249,9 +249,6 @@ class Instance:
             names=names,
             **{f: torch.cat([getattr(b, f) for b in batches]) for f in TENSOR_FIELDS},
         )
-
-    def field_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(self))
 
 
 # ====================================================================== benchmark file readers

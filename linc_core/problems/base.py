@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor
-
-ANGLE_EPS = 1e-12
 
 
 def euclidean_distances(locs: Tensor) -> Tensor:
@@ -129,25 +127,6 @@ def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = No
     rank = (u * running[..., -1:]).to(count_dtype)  # in [0, count)
     before = (running <= rank).view(torch.uint8).sum(-1, dtype=torch.int32)
     return before.long()
-
-
-class RoutingState(Protocol):
-    mask: Tensor
-    finished: Tensor
-    length: Tensor
-
-
-StateT = TypeVar("StateT", bound=RoutingState)
-
-
-class RoutingEnv(Protocol[StateT]):
-    """What every environment offers: ``reset``/``step`` are pure functions of their inputs."""
-
-    max_steps: int
-
-    def reset(self) -> StateT: ...
-
-    def step(self, state: StateT, action: Tensor) -> StateT: ...
 
 
 def rollout(

@@ -12,7 +12,6 @@ an uninterrupted one on CPU.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -252,20 +251,6 @@ def warm_start(policy: LincPolicy, source: LincPolicy) -> list[str]:
     return sorted(copied)
 
 
-def history_summary(history: list[dict[str, Any]]) -> dict[str, float]:
-    """First and last epoch figures (for printing)."""
-    if not history:
-        return {}
-    first, last = history[0], history[-1]
-    out = {
-        "first_train_best_cost": first["train_best_cost"],
-        "last_train_best_cost": last["train_best_cost"],
-    }
-    if "validation_cost" in last:
-        out["last_validation_cost"] = last["validation_cost"]
-    return {k: (v if math.isfinite(v) else float("nan")) for k, v in out.items()}
-
-
 __all__ = [
     "BaseCallback",
     "Callback",
@@ -273,7 +258,6 @@ __all__ = [
     "PrintProgress",
     "evaluate_best_of_k",
     "fit",
-    "history_summary",
     "policy_from_checkpoint",
     "warm_start",
 ]
