@@ -1,0 +1,115 @@
+"""MLflow helpers: a local SQLite tracking URI, safe parameter flattening, a fit() callback.
+
+MLflow 3.17 keeps the plain ``./mlruns`` file store in maintenance mode, so the local default is a
+SQLite database (``sqlite:///ABSOLUTE/PATH/mlflow.db``). Parameters are flattened to dotted keys,
+values are truncated to MLflow's length limit and anything whose key looks like a credential is
+dropped before it can reach the tracking store.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+
+from linc_core.train.loop import BaseCallback
+
+try:  # the limit MLflow itself enforces on a parameter value (6000 characters in 3.17)
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+except ImportError:  # pragma: no cover - only if MLflow moves the constant
+    MAX_PARAM_VAL_LENGTH = 6000
+
+CREDENTIAL_PATTERN = re.compile(
+    r"secret|password|token|key_id|access_key|credential", re.IGNORECASE
+)
+EPOCH_METRICS: tuple[str, ...] = (
+    "train_best_cost",
+    "train_mean_cost",
+    "loss",
+    "tau",
+    "validation_cost",
+)
+
+
+def default_tracking_uri(root: str | Path) -> str:
+    """``sqlite:///ABS/PATH/mlflow.db`` under ``root`` (created if missing)."""
+    folder = Path(root).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def looks_like_credential(key: str) -> bool:
+    """True when any part of a (dotted) key names a secret, token, password or access key."""
+    return CREDENTIAL_PATTERN.search(key) is not None
+
+
+def flatten_params(
+    params: Mapping[str, Any], *, prefix: str = "", max_length: int = MAX_PARAM_VAL_LENGTH
+) -> dict[str, str]:
+    """Nested mapping -> ``{"a.b.c": "value"}`` with string values of at most ``max_length``.
+
+    Keys that look like credentials (see ``CREDENTIAL_PATTERN``) are omitted together with
+    everything nested under them. Lists and tuples are logged as their ``str``.
+    """
+    flat: dict[str, str] = {}
+    for raw_key, value in params.items():
+        key = f"{prefix}{raw_key}"
+        if looks_like_credential(key):
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, prefix=f"{key}.", max_length=max_length))
+            continue
+        text = str(value)
+        flat[key] = text[:max_length]
+    return flat
+
+
+def ensure_experiment(tracking_uri: str, name: str) -> str:
+    """The id of experiment ``name`` in ``tracking_uri``, creating it (race-safe) if missing."""
+    client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:  # another process created it in between
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+class MLflowCallback(BaseCallback):
+    """Log each epoch's metrics of ``fit`` to the active MLflow run (step = 1-based epoch).
+
+    ``mlflow_module`` is the module returned by ``setup_mlflow`` (defaults to ``mlflow``).
+    """
+
+    def __init__(self, mlflow_module: Any = None, metrics: tuple[str, ...] = EPOCH_METRICS):
+        self._mlflow = mlflow_module if mlflow_module is not None else mlflow
+        self._metrics = metrics
+
+    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        values = {
+            name: float(metrics[name])
+            for name in self._metrics
+            if name in metrics and metrics[name] is not None
+        }
+        if values:
+            self._mlflow.log_metrics(values, step=int(metrics.get("epoch", epoch + 1)))
+
+
+__all__ = [
+    "CREDENTIAL_PATTERN",
+    "EPOCH_METRICS",
+    "MAX_PARAM_VAL_LENGTH",
+    "MLflowCallback",
+    "default_tracking_uri",
+    "ensure_experiment",
+    "flatten_params",
+    "looks_like_credential",
+]

@@ -1,0 +1,117 @@
+"""MLflow helpers without Ray: parameter flattening, credential filtering, the fit() callback."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from linc_core.config import preset_configs
+from linc_core.model import LincPolicy
+from linc_core.train.data import GeneratedData
+from linc_core.train.loop import fit
+from orchestration.tracking import (
+    MAX_PARAM_VAL_LENGTH,
+    MLflowCallback,
+    default_tracking_uri,
+    ensure_experiment,
+    flatten_params,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracking_uri(monkeypatch):
+    """Tests set MLflow's process-wide tracking URI; put the previous value back afterwards."""
+    from mlflow.tracking._tracking_service import utils
+
+    monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+
+
+SECRETS = {
+    "aws": {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "aws_access_key_id": "AKIA", "region": "us-east-1"},
+    "db_password": "hunter2",
+    "MLFLOW_TRACKING_TOKEN": "tok",
+    "credentials": {"user": "me", "pass": "x"},
+    "s3": {"access_key": "a", "Secret": "b", "endpoint": "http://127.0.0.1:9000"},
+}
+SECRET_VALUES = {"s3cr3t", "AKIA", "hunter2", "tok", "me", "x", "a", "b"}
+
+
+def test_default_tracking_uri_is_absolute_sqlite(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = default_tracking_uri("store")
+    assert uri == f"sqlite:///{tmp_path.resolve() / 'store' / 'mlflow.db'}"
+    assert (tmp_path / "store").is_dir()
+
+
+def test_flatten_params_dots_stringifies_and_truncates() -> None:
+    flat = flatten_params(
+        {"train": {"num_rollouts": 4, "amp": False}, "model": {"feats": ("a", "b")}, "x": 1.5}
+    )
+    assert flat == {
+        "train.num_rollouts": "4",
+        "train.amp": "False",
+        "model.feats": "('a', 'b')",
+        "x": "1.5",
+    }
+    long = flatten_params({"note": "y" * (MAX_PARAM_VAL_LENGTH + 50)})
+    assert len(long["note"]) == MAX_PARAM_VAL_LENGTH
+    assert flatten_params({"a": "abcdef"}, max_length=3) == {"a": "abc"}
+
+
+def test_flatten_params_drops_credentials() -> None:
+    flat = flatten_params(SECRETS | {"train": {"seed": 1}})
+    assert flat == {
+        "aws.region": "us-east-1",
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "train.seed": "1",
+    }
+
+
+def test_no_credential_ever_reaches_mlflow(tmp_path: Path) -> None:
+    uri = default_tracking_uri(tmp_path)
+    experiment_id = ensure_experiment(uri, "creds")
+    assert ensure_experiment(uri, "creds") == experiment_id
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(experiment_id=experiment_id) as run:
+        mlflow.log_params(flatten_params(SECRETS))
+    params = MlflowClient(tracking_uri=uri).get_run(run.info.run_id).data.params
+    assert set(params) == {"aws.region", "s3.endpoint"}
+    assert not SECRET_VALUES & set(params.values())
+
+
+def test_mlflow_callback_logs_each_epoch(tmp_path: Path) -> None:
+    model, config = preset_configs(
+        "full_linc",
+        "cvrptw",
+        num_rollouts=4,
+        batch_size=4,
+        instances_per_epoch=4,
+        epochs=2,
+        validation_size=0,
+    )
+    tiny = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
+    model = dataclasses.replace(model, **tiny, scorer_hidden_dim=16, poly_hidden_dim=16)
+    torch.manual_seed(0)
+    uri = default_tracking_uri(tmp_path)
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(experiment_id=ensure_experiment(uri, "cb")) as run:
+        result = fit(
+            LincPolicy(model),
+            config,
+            GeneratedData("cvrptw", 6, 4, 4, seed=1),
+            callbacks=[MLflowCallback()],
+        )
+    client = MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(run.info.run_id, "train_best_cost")
+    assert [m.step for m in history] == [1, 2]
+    assert [m.value for m in history] == pytest.approx(
+        [h["train_best_cost"] for h in result.history]
+    )
+    logged = client.get_run(run.info.run_id).data.metrics
+    assert {"train_best_cost", "train_mean_cost", "loss", "tau"} <= set(logged)
+    assert "validation_cost" not in logged
