@@ -373,6 +373,35 @@ def preset_configs(
     return model, train
 
 
+def variant_configs(
+    name: str,
+    problem: ProblemName = "cvrptw",
+    *,
+    train: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
+) -> tuple[ModelConfig, TrainConfig]:
+    """Preset ``name`` under a protocol's settings: ``train`` / ``model`` apply to every variant,
+    but never over a switch the variant itself sets.
+
+    A variant is defined by its switches: the ablation protocol's ``best_only_start_ratio: 0.15``
+    must not undo ``no_soft_top1``'s best-only-from-step-0, and a smaller encoder for CPUs must
+    not re-enable GateAttn in ``no_gateattn``. (``preset_configs`` lets overrides win instead.)
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    protocol_train = {k: v for k, v in (train or {}).items() if k not in preset.train}
+    model_config, train_config = preset_configs(name, problem, **protocol_train)
+    protocol_model = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in (model or {}).items()
+        if k not in preset.model
+    }
+    if protocol_model:
+        model_config = replace(model_config, **protocol_model)
+    return model_config, train_config
+
+
 def config_differences(a: object, b: object) -> dict[str, tuple[Any, Any]]:
     """Fields whose values differ between two dataclass instances of the same type."""
     return {
@@ -408,4 +437,5 @@ __all__ = [
     "preset_configs",
     "replace",
     "to_dict",
+    "variant_configs",
 ]

@@ -1,26 +1,26 @@
-"""Ray Tune function trainable for linc, with per-epoch Tune checkpoints and MLflow tracking.
+"""The Ray Tune trainable of linc: one trial trains one (variant, seed, hyper-parameters) with ``fit``.
 
-Trial config (a plain dict, e.g. composed by Hydra)::
+A trial receives the whole composed platform mapping (see :mod:`orchestration.config`) with its
+own ``model.variant`` and ``train.seed`` filled in, converts it again (a trial never runs an
+unchecked config), and then:
 
-    {
-        "preset": "full_linc",            # a key of linc_core.config.PRESETS
-        "problem": "cvrptw",
-        "num_customers": 8,
-        "train": {...},                   # TrainConfig overrides (preset_configs(**train))
-        "model": {...},                   # optional ModelConfig field overrides
-        "data_seed": 0,                   # optional; defaults to train seed
-        "mlflow": {"tracking_uri": "sqlite:////abs/mlflow.db", "experiment_name": "linc"},
-        "resources": {"cpu": 1, "gpu": 0},  # used by run_single_trial
-    }
+1. builds its data: fresh generated batches, a Parquet data set from ``linc-generate`` (its
+   manifest checksum identifies the data in checkpoints and MLflow), or the Solomon-50 set;
+2. joins or creates its MLflow run with ``setup_mlflow`` (so logging works on every node),
+   nested under the sweep's parent run, with the flattened config as params and the variant,
+   seed, git commit and data id as tags;
+3. trains, reporting every epoch's record to Tune together with a checkpoint folder holding
+   ``latest.pt`` and the MLflow run id; a retried or resumed trial restores both and continues
+   bit-identically (``fit`` derives every random stream from (seed, step));
+4. evaluates the final policy on the configured evaluation set, logs the per-instance rows and a
+   route plot as artifacts and reports ``eval_cost`` to Tune.
 
-Every epoch the trial reports fit()'s epoch record to Tune with a checkpoint holding ``latest.pt``
-and ``mlflow_run.json``; a restored trial resumes training from ``latest.pt`` (bit-identical, see
-``fit``) and keeps logging into the same MLflow run.
+Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
+(:mod:`orchestration.distributed`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -30,23 +30,38 @@ from typing import Any
 import torch
 from ray import tune
 
-from linc_core.config import preset_configs
+from linc_core.instances import Instance
 from linc_core.model import LincPolicy
 from linc_core.seeding import derive_seed
-from linc_core.train.data import GeneratedData, generate
+from linc_core.train.checkpoint import git_commit
+from linc_core.train.data import FixedData, GeneratedData, TrainingData, generate
 from linc_core.train.loop import BaseCallback, fit
+from orchestration.config import PlatformConfig
+from orchestration.datasets import open_filesystem, open_training_data
+from orchestration.evaluation import evaluate_policy, log_evaluation
 from orchestration.tracking import MLflowCallback, ensure_experiment, flatten_params
 
 CHECKPOINT_FILE = "latest.pt"
 RUN_FILE = "mlflow_run.json"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by ``fault.fail_at_epoch`` to exercise Tune's retry-from-checkpoint path."""
 
 
 class TuneReportCallback(BaseCallback):
     """After each epoch's checkpoint is written, report the epoch record and the folder to Tune."""
 
-    def __init__(self, checkpoint_dir: Path, extra_files: dict[str, str] | None = None):
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        extra_files: dict[str, str] | None = None,
+        fail_at_epoch: int | None = None,
+    ):
         self.checkpoint_dir = checkpoint_dir
         self.extra_files = extra_files or {}
+        self.fail_at_epoch = fail_at_epoch
         self._pending: dict[str, Any] | None = None
 
     def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
@@ -58,14 +73,68 @@ class TuneReportCallback(BaseCallback):
         metrics = self._pending or {"epoch": epoch + 1}
         self._pending = None
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
+        if self.fail_at_epoch is not None and epoch + 1 == self.fail_at_epoch:
+            raise InjectedFault(f"fault.fail_at_epoch={self.fail_at_epoch}: failing on purpose")
 
 
-def build_configs(config: dict[str, Any]):
-    """(ModelConfig, TrainConfig) of a trial config: the preset plus train and model overrides."""
-    model, train = preset_configs(config["preset"], config["problem"], **config.get("train", {}))
-    if config.get("model"):
-        model = dataclasses.replace(model, **config["model"])
-    return model, train
+def manifest_id(uri: str) -> str:
+    """``sha256:...`` of a data set's ``manifest.json`` (which itself lists every shard's hash)."""
+    import hashlib
+
+    filesystem, root = open_filesystem(uri)
+    with filesystem.open_input_stream(f"{root.rstrip('/')}/manifest.json") as stream:
+        return "sha256:" + hashlib.sha256(stream.read()).hexdigest()
+
+
+def solomon50_instances() -> Instance:
+    from linc_core.train.cli import solomon50
+
+    return solomon50()
+
+
+def training_data(config: PlatformConfig) -> tuple[TrainingData, str]:
+    """The trial's batches and the id of that data (stored in checkpoints and MLflow tags)."""
+    _, train = config.linc_configs()
+    data = config.data
+    problem, size = config.task.problem, config.task.num_customers
+    if data.source == "dataset":
+        assert data.uri is not None
+        loaded = open_training_data(data.uri, train.batch_size, derive_seed(data.seed, "shuffle"))
+        return loaded, manifest_id(data.uri)
+    if data.source == "solomon50":
+        return (
+            FixedData(solomon50_instances(), train.batch_size, derive_seed(data.seed, "shuffle")),
+            "solomon100-first50",
+        )
+    generated = GeneratedData(problem, size, train.batch_size, train.instances_per_epoch, data.seed)
+    return generated, f"generated:{problem}{size}:seed{data.seed}"
+
+
+def validation_set(config: PlatformConfig) -> Instance | None:
+    """The fixed, seeded validation instances (same for every trial of a sweep)."""
+    _, train = config.linc_configs()
+    if train.validation_size == 0:
+        return None
+    return generate(
+        config.task.problem,
+        train.validation_size,
+        config.task.num_customers,
+        derive_seed(config.data.seed, "validation-set"),
+    )
+
+
+def evaluation_set(config: PlatformConfig, validation: Instance | None) -> tuple[Instance, str]:
+    """The final-evaluation instances and their name (``none`` is handled by the caller)."""
+    source = config.data.eval_source
+    if source == "validation":
+        assert validation is not None
+        return validation, f"validation:{config.task.problem}{config.task.num_customers}"
+    if source == "solomon50":
+        return solomon50_instances(), "solomon50"
+    from orchestration.datasets import load_evaluation_set
+
+    assert config.data.eval_uri is not None
+    return load_evaluation_set(config.data.eval_uri), config.data.eval_uri
 
 
 def _restore(work_dir: Path) -> tuple[Path | None, str | None]:
@@ -84,70 +153,102 @@ def _restore(work_dir: Path) -> tuple[Path | None, str | None]:
     return resume_from, run_id
 
 
-def train_linc(config: dict[str, Any]) -> None:
-    """Ray Tune function trainable: train one linc configuration, report every epoch."""
+def _start_mlflow(config: PlatformConfig, run_id: str | None, data_id: str):
+    """The trial's MLflow module with its run active (an earlier attempt's run is re-opened)."""
+    import mlflow
     from ray.air.integrations.mlflow import setup_mlflow
 
-    model_config, train_config = build_configs(config)
-    num_customers = int(config["num_customers"])
-    data_seed = int(config.get("data_seed", train_config.seed))
-    data = GeneratedData(
-        config["problem"],
-        num_customers,
-        train_config.batch_size,
-        train_config.instances_per_epoch,
-        data_seed,
+    tracking_uri = config.tracking_uri()
+    experiment_id = ensure_experiment(tracking_uri, config.tracking.experiment)
+    if run_id is not None:  # a retried or resumed trial keeps logging into its run
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.start_run(run_id=run_id)
+    _, train = config.linc_configs()
+    tags = {
+        "variant": config.model.variant,
+        "seed": str(train.seed),
+        "problem": config.task.problem,
+        "data_id": data_id,
+        "git_commit": git_commit() or "unknown",
+    }
+    if config.tracking.parent_run_id:
+        tags[PARENT_RUN_TAG] = config.tracking.parent_run_id
+    if config.tracking.sweep:
+        tags["sweep"] = config.tracking.sweep
+    return setup_mlflow(
+        tracking_uri=tracking_uri,
+        experiment_id=experiment_id,
+        run_name=f"{config.model.variant}-seed{train.seed}",
+        tags=tags,
     )
-    validation = None
-    if train_config.validation_size > 0:
-        validation = generate(
-            config["problem"],
-            train_config.validation_size,
-            num_customers,
-            derive_seed(data_seed, "validation"),
-        )
+
+
+def train_linc(trial_config: dict[str, Any]) -> None:
+    """Ray Tune function trainable: train one linc configuration, report every epoch."""
+    config = PlatformConfig.from_mapping(trial_config)
+    model_config, train_config = config.linc_configs()
+    torch.set_num_threads(config.cluster.torch_threads)
+    data, data_id = training_data(config)
+    validation = validation_set(config)
 
     work_dir = Path(tempfile.mkdtemp(prefix="linc-trial-"))
     checkpoint_dir = work_dir / "checkpoint"
     checkpoint_dir.mkdir()
     resume_from, run_id = _restore(work_dir)
-
-    tracking = config.get("mlflow") or {}
-    tracking_uri = tracking["tracking_uri"]
-    experiment_id = ensure_experiment(tracking_uri, tracking.get("experiment_name", "linc"))
-    import mlflow as mlflow_module
-
-    if run_id is not None:  # a restored trial keeps logging into its run
-        mlflow_module.set_tracking_uri(tracking_uri)
-        mlflow_module.start_run(run_id=run_id)
-    context = tune.get_context()
-    mlflow = setup_mlflow(
-        tracking_uri=tracking_uri,
-        experiment_id=experiment_id,
-        run_name=context.get_trial_name(),
-        tags={"preset": config["preset"], "seed": str(train_config.seed)},
-    )
+    mlflow = _start_mlflow(config, run_id, data_id)
     try:
         active = mlflow.active_run()
         if run_id is None:
-            mlflow.log_params(flatten_params(config))
+            mlflow.log_params(flatten_params(trial_config))
+            mlflow.log_dict(trial_config, "config.json")
         run_file = json.dumps({"run_id": active.info.run_id})
-
-        torch.manual_seed(train_config.seed)
-        policy = LincPolicy(model_config)
+        fail_at = config.fault.fail_at_epoch if resume_from is None else None
         callbacks = [
             MLflowCallback(mlflow),
-            TuneReportCallback(checkpoint_dir, extra_files={RUN_FILE: run_file}),
+            TuneReportCallback(checkpoint_dir, {RUN_FILE: run_file}, fail_at_epoch=fail_at),
         ]
-        fit(
-            policy,
-            train_config,
-            data,
-            validation=validation,
-            callbacks=callbacks,
-            checkpoint_dir=checkpoint_dir,
-            resume_from=resume_from,
-        )
+        torch.manual_seed(derive_seed(train_config.seed, "init"))
+        policy = LincPolicy(model_config)
+        if config.cluster.num_workers > 1:
+            from orchestration.distributed import fit_data_parallel
+
+            result_history = fit_data_parallel(
+                model_config,
+                train_config,
+                data,
+                validation=validation,
+                num_workers=config.cluster.num_workers,
+                use_gpu=config.cluster.use_gpu,
+                resources_per_worker=worker_resources(config),
+                checkpoint_dir=checkpoint_dir,
+                resume_from=resume_from,
+                callbacks=callbacks,
+                data_id=data_id,
+            )
+        else:
+            result = fit(
+                policy,
+                train_config,
+                data,
+                validation=validation,
+                callbacks=callbacks,
+                checkpoint_dir=checkpoint_dir,
+                resume_from=resume_from,
+                data_id=data_id,
+            )
+            result_history = result.history
+        mlflow.set_tag("checkpoint", str(tune.get_context().get_trial_dir()))
+        if config.data.eval_source != "none":
+            final_policy = _policy_from(checkpoint_dir / CHECKPOINT_FILE, policy)
+            instances, set_name = evaluation_set(config, validation)
+            evaluation = evaluate_policy(final_policy, instances, config.data, set_name)
+            log_evaluation(mlflow, evaluation, work_dir / "evaluation")
+            last = dict(result_history[-1]) if result_history else {}
+            last = {k: v for k, v in last.items() if isinstance(v, int | float)}
+            tune.report(
+                last | evaluation.metrics(),
+                checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
+            )
     except BaseException:
         mlflow.end_run(status="FAILED")
         raise
@@ -157,52 +258,43 @@ def train_linc(config: dict[str, Any]) -> None:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def _absolute_storage(storage_path: str | Path) -> str:
-    """A URI (``s3://...``) unchanged; a local folder as an absolute path."""
-    text = str(storage_path)
-    return text if "://" in text else str(Path(text).resolve())
+def _policy_from(path: Path, policy: LincPolicy) -> LincPolicy:
+    from linc_core.train.loop import policy_from_checkpoint
+
+    if path.exists():
+        loaded, _ = policy_from_checkpoint(path)
+        return loaded
+    return policy
 
 
-def run_single_trial(
-    config: dict[str, Any],
-    storage_path: str | Path,
-    tracking_uri: str,
-    *,
-    name: str | None = None,
-    experiment_name: str | None = None,
-):
-    """Run ``config`` as one Tune trial (resources from ``config["resources"]``); best Result.
-
-    ``storage_path`` must be absolute (workers write there); the MLflow store and experiment are
-    created on the driver first so concurrent trials never race on the SQLite schema.
-    """
-    config = dict(config)
-    mlflow_section = dict(config.get("mlflow") or {})
-    mlflow_section["tracking_uri"] = tracking_uri
-    if experiment_name is not None:
-        mlflow_section["experiment_name"] = experiment_name
-    mlflow_section.setdefault("experiment_name", "linc")
-    config["mlflow"] = mlflow_section
-    ensure_experiment(tracking_uri, mlflow_section["experiment_name"])
-
-    resources = config.get("resources") or {}
-    trainable = tune.with_resources(
-        train_linc,
-        {"cpu": float(resources.get("cpu", 1)), "gpu": float(resources.get("gpu", 0))},
-    )
-    tuner = tune.Tuner(
-        trainable,
-        param_space=config,
-        run_config=tune.RunConfig(
-            storage_path=_absolute_storage(storage_path),
-            name=name or f"linc-{config['preset']}-{config['problem']}",
-        ),
-        tune_config=tune.TuneConfig(num_samples=1),
-    )
-    results = tuner.fit()
-    if results.errors:
-        raise RuntimeError(f"trial failed: {results.errors[0]}")
-    return results.get_best_result(metric="train_best_cost", mode="min")
+def trial_resources(config: PlatformConfig) -> dict[str, float]:
+    """Tune resources of one trial (a data-parallel trial's workers reserve their own)."""
+    cluster = config.cluster
+    if cluster.num_workers > 1:
+        return {"cpu": 0.0}
+    resources: dict[str, float] = {"cpu": cluster.cpus_per_trial, "gpu": cluster.gpus_per_trial}
+    resources.update(cluster.custom_resources)
+    return resources
 
 
-__all__ = ["TuneReportCallback", "build_configs", "run_single_trial", "train_linc"]
+def worker_resources(config: PlatformConfig) -> dict[str, float]:
+    """Ray resources of each data-parallel worker."""
+    cluster = config.cluster
+    resources = {"CPU": cluster.cpus_per_worker}
+    if cluster.gpus_per_worker:
+        resources["GPU"] = cluster.gpus_per_worker
+    resources.update(cluster.custom_resources)
+    return resources
+
+
+__all__ = [
+    "InjectedFault",
+    "TuneReportCallback",
+    "evaluation_set",
+    "manifest_id",
+    "train_linc",
+    "trial_resources",
+    "training_data",
+    "validation_set",
+    "worker_resources",
+]

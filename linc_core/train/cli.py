@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from linc_core.benchmarks import data_dir
-from linc_core.config import PRESETS, preset_configs, replace, to_dict
+from linc_core.config import PRESETS, replace, to_dict, variant_configs
 from linc_core.instances import Instance, read_solomon_folder
 from linc_core.model import LincPolicy
 from linc_core.problems.generators import truncate_customers
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
-    model_config, train_config = preset_configs(args.preset, args.problem, **overrides)
+    model_config, train_config = variant_configs(args.preset, args.problem, train=overrides)
     if args.protocol == "ablation":
         instances = solomon50()
         data = FixedData(instances, train_config.batch_size, derive_seed(args.seed, "data"))

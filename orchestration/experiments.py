@@ -1,0 +1,350 @@
+"""Sweeps on Ray Tune: single runs, the ablation (variants x seeds) and the Optuna/ASHA search.
+
+Each sweep is one Tune experiment under ``cluster.storage/<name>`` and one MLflow parent run in
+``tracking.experiment``; its trials are nested MLflow runs (see :mod:`orchestration.trainable`).
+Re-running the same command resumes an interrupted experiment: finished trials keep their
+results, unfinished and errored ones continue from their last checkpoint, and the parent run is
+re-opened (its id is kept in ``linc_sweep.json`` beside Tune's state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import ray
+from ray import tune
+
+from linc_core.config import PRESETS
+from orchestration.config import PlatformConfig, SearchSpec
+from orchestration.datasets import open_filesystem
+from orchestration.tracking import ensure_experiment, flatten_params
+from orchestration.trainable import train_linc, trial_resources
+
+SWEEP_FILE = "linc_sweep.json"
+
+
+def init_ray(config: PlatformConfig) -> None:
+    """Join ``cluster.address`` / ``$RAY_ADDRESS`` (under ``ray job submit``) or start a local Ray.
+
+    A local Ray binds to 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before
+    ``ray`` starts its processes).
+    """
+    if ray.is_initialized():
+        return
+    address = config.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+    else:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray.init(num_cpus=config.cluster.num_cpus, include_dashboard=False)
+
+
+@dataclass
+class SweepResult:
+    name: str
+    parent_run_id: str
+    rows: list[dict[str, Any]]
+    table: str
+    experiment_path: str
+
+
+def _storage(config: PlatformConfig) -> tuple[str, Any]:
+    """(Tune ``storage_path``, ``storage_filesystem``) of the config's storage."""
+    storage = config.cluster.storage_path()
+    if "://" in storage:
+        filesystem, path = open_filesystem(storage)
+        return path, filesystem
+    Path(storage).mkdir(parents=True, exist_ok=True)
+    return storage, None
+
+
+def _parent_run(config: PlatformConfig, name: str, sweep_file: Path | None) -> str:
+    """The sweep's MLflow parent run id: re-opened from ``sweep_file`` when resuming."""
+    tracking_uri = config.tracking_uri()
+    experiment_id = ensure_experiment(tracking_uri, config.tracking.experiment)
+    client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+    if sweep_file is not None and sweep_file.exists():
+        run_id = json.loads(sweep_file.read_text())["parent_run_id"]
+        client.update_run(run_id, status="RUNNING")
+        return run_id
+    run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
+    for key, value in flatten_params(config.raw).items():
+        client.log_param(run.info.run_id, key, value)
+    if sweep_file is not None:
+        sweep_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = sweep_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"parent_run_id": run.info.run_id, "name": name}))
+        os.replace(tmp, sweep_file)
+    return run.info.run_id
+
+
+def run_experiment(
+    config: PlatformConfig,
+    name: str,
+    param_space: dict[str, Any],
+    *,
+    resume: bool = True,
+    tune_config: tune.TuneConfig | None = None,
+) -> tuple[tune.ResultGrid, str, str]:
+    """Run (or resume) the Tune experiment ``name``: (results, parent run id, experiment path)."""
+    init_ray(config)
+    storage_path, filesystem = _storage(config)
+    experiment_path = f"{storage_path.rstrip('/')}/{name}"
+    local_sweep_file = Path(experiment_path) / SWEEP_FILE if filesystem is None else None
+    parent_run_id = _parent_run(config, name, local_sweep_file)
+    param_space = _with_tracking(param_space, parent_run_id, name, config.tracking_uri())
+    trainable = tune.with_resources(train_linc, trial_resources(config))
+    restorable = tune.Tuner.can_restore(experiment_path, storage_filesystem=filesystem)
+    if resume and restorable:
+        tuner = tune.Tuner.restore(
+            experiment_path,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=filesystem,
+        )
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune_config
+            or tune.TuneConfig(max_concurrent_trials=config.cluster.max_concurrent_trials or None),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage_path,
+                storage_filesystem=filesystem,
+                failure_config=tune.FailureConfig(max_failures=config.cluster.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                verbose=1,
+            ),
+        )
+    results = tuner.fit()
+    return results, parent_run_id, experiment_path
+
+
+def _with_tracking(
+    param_space: dict[str, Any], parent_run_id: str, sweep: str, tracking_uri: str
+) -> dict[str, Any]:
+    """Every trial logs to the driver's resolved store, nested under the sweep's parent run."""
+    space = dict(param_space)
+    tracking = dict(space.get("tracking") or {})
+    tracking.update(parent_run_id=parent_run_id, sweep=sweep, uri=tracking_uri)
+    space["tracking"] = tracking
+    return space
+
+
+def _finish_parent(config: PlatformConfig, parent_run_id: str, *, failed: bool) -> None:
+    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
+    client.set_terminated(parent_run_id, status="FAILED" if failed else "FINISHED")
+
+
+def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
+    """One trial (the config's variant and seed) as a Tune experiment."""
+    _, train = config.linc_configs()
+    name = name or f"train-{config.model.variant}-{config.task.problem}-seed{train.seed}"
+    results, parent, path = run_experiment(config, name, config.raw)
+    rows = [_result_row(r) for r in results]
+    failed = bool(results.errors)
+    _finish_parent(config, parent, failed=failed)
+    if failed:
+        raise RuntimeError(f"{name}: trial failed: {results.errors[0]}")
+    table = ablation_table(rows, reference=None)
+    return SweepResult(name, parent, rows, table, path)
+
+
+def run_ablation(config: PlatformConfig) -> SweepResult:
+    """The ablation: every variant x seed as one Tune experiment, then the paper-shaped table."""
+    spec = config.ablation
+    param_space = config.with_values(
+        **{
+            "model.variant": tune.grid_search(list(spec.variants)),
+            "train.seed": tune.grid_search(list(spec.seeds)),
+        }
+    )
+    started = time.perf_counter()
+    results, parent, path = run_experiment(config, spec.name, param_space, resume=spec.resume)
+    rows = [_result_row(r) for r in results]
+    table = ablation_table(rows, reference=spec.reference)
+    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
+    client.log_text(parent, table, "ablation_table.md")
+    client.log_text(parent, json.dumps(rows, indent=2), "ablation_rows.json")
+    client.log_metric(parent, "sweep_seconds", time.perf_counter() - started)
+    for row in aggregate_rows(rows, spec.reference):
+        if row["gap_pct"] is not None:
+            client.log_metric(parent, f"gap_pct.{row['variant']}", row["gap_pct"])
+    failed = bool(results.errors)
+    _finish_parent(config, parent, failed=failed)
+    if failed:
+        raise RuntimeError(
+            f"{spec.name}: {len(results.errors)} trial(s) failed; first: {results.errors[0]}\n{table}"
+        )
+    return SweepResult(spec.name, parent, rows, table, path)
+
+
+def search_space(spec: SearchSpec) -> dict[str, Any]:
+    """``{"train.learning_rate": tune.loguniform(...)}`` from the validated search spec."""
+    space: dict[str, Any] = {}
+    for key, dist in spec.space.items():
+        kind = dist["distribution"]
+        if kind == "choice":
+            space[key] = tune.choice(list(dist["values"]))
+        elif kind == "uniform":
+            space[key] = tune.uniform(dist["low"], dist["high"])
+        elif kind == "loguniform":
+            space[key] = tune.loguniform(dist["low"], dist["high"])
+        else:
+            space[key] = tune.randint(int(dist["low"]), int(dist["high"]))
+    return space
+
+
+def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
+    """Optuna (TPE, seeded) through ``OptunaSearch`` with ASHA; returns the best trial's values."""
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    spec = config.search
+    if spec is None:
+        raise ValueError("search: no search section in the config (use search=default)")
+    _, train = config.linc_configs()
+    searcher = ConcurrencyLimiter(
+        OptunaSearch(metric=spec.metric, mode=spec.mode, seed=spec.seed),
+        max_concurrent=spec.max_concurrent,
+    )
+    scheduler = ASHAScheduler(
+        time_attr="training_iteration",
+        metric=spec.metric,
+        mode=spec.mode,
+        max_t=max(train.epochs, spec.grace_period),
+        grace_period=spec.grace_period,
+        reduction_factor=spec.reduction_factor,
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=searcher, scheduler=scheduler, num_samples=spec.num_samples
+    )
+    param_space = config.with_values(**search_space(spec))
+    results, parent, path = run_experiment(
+        config, spec.name, param_space, resume=True, tune_config=tune_config
+    )
+    best = results.get_best_result(metric=spec.metric, mode=spec.mode, scope="all")
+    best_values = {key: _dotted_get(best.config, key) for key in spec.space}
+    best_metric = _best_metric(best, spec.metric, spec.mode)
+    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
+    client.log_text(parent, json.dumps(best_values, indent=2), "best_config.json")
+    for key, value in best_values.items():
+        client.set_tag(parent, f"best.{key}", str(value))
+    client.log_metric(parent, f"best_{spec.metric}", best_metric)
+    rows = [_result_row(r, tuple(spec.space)) for r in results]
+    _finish_parent(config, parent, failed=False)
+    table = search_table(rows, spec)
+    return SweepResult(spec.name, parent, rows, table, path), best_values | {
+        spec.metric: best_metric
+    }
+
+
+def _best_metric(result: Any, metric: str, mode: str) -> float:
+    history = result.metrics_dataframe
+    if history is not None and metric in history:
+        values = history[metric].dropna()
+        return float(values.min() if mode == "min" else values.max())
+    return float(result.metrics[metric])
+
+
+def _dotted_get(values: dict[str, Any], key: str) -> Any:
+    node: Any = values
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    config = result.config or {}
+    metrics = result.metrics or {}
+    return {
+        "variant": config.get("model", {}).get("variant"),
+        "seed": config.get("train", {}).get("seed"),
+        "eval_cost": metrics.get("eval_cost"),
+        "eval_infeasible": metrics.get("eval_infeasible"),
+        "validation_cost": metrics.get("validation_cost"),
+        "train_best_cost": metrics.get("train_best_cost"),
+        "epochs": metrics.get("epoch"),
+        "seconds": metrics.get("time_total_s"),
+        "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+        "config": {key: _dotted_get(config, key) for key in keys},
+    }
+
+
+def aggregate_rows(rows: list[dict[str, Any]], reference: str | None) -> list[dict[str, Any]]:
+    """Mean over seeds per variant (in preset order) with the gap to ``reference`` in percent."""
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    order = [v for v in PRESETS if v in by_variant]
+    table = []
+    for variant in order:
+        runs = by_variant[variant]
+        costs = [r["eval_cost"] for r in runs if r["eval_cost"] is not None]
+        table.append(
+            {
+                "variant": variant,
+                "label": PRESETS[variant].label,
+                "seeds": len(runs),
+                "obj": sum(costs) / len(costs) if costs else None,
+                "infeasible": sum(r["eval_infeasible"] or 0 for r in runs),
+                "seconds": sum(r["seconds"] or 0 for r in runs) / len(runs),
+            }
+        )
+    reference_obj = next((r["obj"] for r in table if r["variant"] == reference), None)
+    for row in table:
+        row["gap_pct"] = (
+            100.0 * (row["obj"] - reference_obj) / reference_obj
+            if row["obj"] is not None and reference_obj
+            else None
+        )
+    return table
+
+
+def ablation_table(rows: list[dict[str, Any]], reference: str | None) -> str:
+    """A markdown table shaped like the paper's ablation: Variant, Obj., Gap (vs reference), Time."""
+    gap_title = f"Gap vs {PRESETS[reference].label} (%)" if reference else "Gap (%)"
+    lines = [
+        f"| Variant | Obj. | {gap_title} | Infeasible | Seeds | Time (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in aggregate_rows(rows, reference):
+        obj = f"{row['obj']:.2f}" if row["obj"] is not None else "failed"
+        gap = f"{row['gap_pct']:+.2f}" if row["gap_pct"] is not None else "-"
+        lines.append(
+            f"| {row['label']} | {obj} | {gap} | {row['infeasible']:.0f} | {row['seeds']} "
+            f"| {row['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def search_table(rows: list[dict[str, Any]], spec: SearchSpec) -> str:
+    lines = [f"| trial | {spec.metric} | epochs | params |", "|---:|---:|---:|---|"]
+    ranked = sorted(rows, key=lambda r: (r.get(spec.metric) is None, r.get(spec.metric) or 0))
+    for index, row in enumerate(ranked):
+        value = row.get(spec.metric)
+        shown = f"{value:.4f}" if value is not None else "-"
+        lines.append(f"| {index} | {shown} | {row['epochs']} | {row['config']} |")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "SweepResult",
+    "ablation_table",
+    "aggregate_rows",
+    "init_ray",
+    "run_ablation",
+    "run_experiment",
+    "run_search",
+    "run_training",
+    "search_space",
+]

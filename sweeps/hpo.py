@@ -1,0 +1,34 @@
+"""``linc-hpo``: hyper-parameter search with Optuna (TPE) through Tune, ASHA early stopping.
+
+    linc-hpo search.num_samples=16 search.max_concurrent=2
+    linc-hpo 'search.space={train.learning_rate: {distribution: loguniform, low: 1e-5, high: 1e-3}}'
+
+The best configuration is printed and logged to the search's MLflow parent run
+(``best_config.json`` and ``best.*`` tags).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sweeps.compose import run_cli
+
+
+def hpo(config) -> int:
+    from orchestration.experiments import run_search
+
+    result, best = run_search(config)
+    print(f"\n{result.name}: {len(result.rows)} trials\n")
+    print(result.table)
+    print(f"\nbest: {json.dumps(best)}")
+    print(f"MLflow parent run {result.parent_run_id}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("linc-hpo", argv, hpo)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

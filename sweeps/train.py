@@ -1,0 +1,36 @@
+"""``linc-tune``: one training run as a Ray Tune trial (MLflow tracking, checkpoints, retries).
+
+    linc-tune model.variant=full_linc train.epochs=20
+    linc-tune preset=paper-train cluster=gpu                       # on a cluster
+    linc-tune cluster=ddp cluster.num_workers=4                    # one data-parallel trial
+
+``linc-train`` is the same training without Ray (the plain ``fit`` loop, argparse flags).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sweeps.compose import run_cli
+
+
+def train(config) -> int:
+    from orchestration.experiments import run_training
+
+    result = run_training(config)
+    row = result.rows[0]
+    print(
+        f"{result.name}: {row['epochs']} epochs, train best-of-K {row['train_best_cost']}, "
+        f"validation {row['validation_cost']}, eval {row['eval_cost']}"
+    )
+    print(f"Tune experiment: {result.experiment_path}")
+    print(f"  mlflow ui --backend-store-uri {config.tracking_uri()} --host 127.0.0.1")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("linc-tune", argv, train)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
