@@ -30,7 +30,7 @@ test-all: lint
 	$(BIN)/pytest -q
 
 demo: setup
-	$(BIN)/python -m linc_core.demo
+	$(BIN)/python -m sweeps.demo
 
 # Side-by-side benchmarks against peers (rl4co is installed here only, never a dependency).
 bench: setup

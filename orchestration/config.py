@@ -123,7 +123,9 @@ class DataSpec:
     eval_decoding: str = "greedy"
 
     def __post_init__(self) -> None:
-        _require(self.source in DATA_SOURCES, "data", "source", self.source, f"one of {DATA_SOURCES}")
+        _require(
+            self.source in DATA_SOURCES, "data", "source", self.source, f"one of {DATA_SOURCES}"
+        )
         _require(
             self.source != "dataset" or bool(self.uri),
             "data",
@@ -209,9 +211,7 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         for key in ("cpus_per_trial", "gpus_per_trial", "cpus_per_worker", "gpus_per_worker"):
             value = getattr(self, key)
-            _require(
-                isinstance(value, int | float) and value >= 0, "cluster", key, value, ">= 0"
-            )
+            _require(isinstance(value, int | float) and value >= 0, "cluster", key, value, ">= 0")
         _require(self.num_workers >= 1, "cluster", "num_workers", self.num_workers, ">= 1")
         _require(
             self.num_cpus is None or self.num_cpus >= 1,
@@ -262,7 +262,9 @@ class AblationSpec:
     def __post_init__(self) -> None:
         _require(bool(self.variants), "ablation", "variants", self.variants, "at least one")
         for variant in self.variants:
-            _require(variant in PRESETS, "ablation", "variants", variant, f"one of {sorted(PRESETS)}")
+            _require(
+                variant in PRESETS, "ablation", "variants", variant, f"one of {sorted(PRESETS)}"
+            )
         _require(bool(self.seeds), "ablation", "seeds", self.seeds, "at least one seed")
         _require(
             len(set(self.variants)) == len(self.variants),
@@ -356,11 +358,21 @@ class PlatformConfig:
     fault: FaultSpec
     raw: dict[str, Any]
 
-    SECTIONS = ("task", "model", "train", "data", "tracking", "cluster", "ablation", "search", "fault")
+    SECTIONS = (
+        "task",
+        "model",
+        "train",
+        "data",
+        "tracking",
+        "cluster",
+        "ablation",
+        "search",
+        "fault",
+    )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
-        """Validate a composed config. Raises :class:`ConfigError` on any unknown key or bad value."""
+        """Validate a composed config; :class:`ConfigError` on any unknown key or bad value."""
         values = dict(values)
         unknown = sorted(set(values) - set(cls.SECTIONS))
         if unknown:

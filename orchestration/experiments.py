@@ -182,7 +182,8 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
     _finish_parent(config, parent, failed=failed)
     if failed:
         raise RuntimeError(
-            f"{spec.name}: {len(results.errors)} trial(s) failed; first: {results.errors[0]}\n{table}"
+            f"{spec.name}: {len(results.errors)} trial(s) failed; "
+            f"first: {results.errors[0]}\n{table}"
         )
     return SweepResult(spec.name, parent, rows, table, path)
 
@@ -311,7 +312,7 @@ def aggregate_rows(rows: list[dict[str, Any]], reference: str | None) -> list[di
 
 
 def ablation_table(rows: list[dict[str, Any]], reference: str | None) -> str:
-    """A markdown table shaped like the paper's ablation: Variant, Obj., Gap (vs reference), Time."""
+    """Markdown shaped like the paper's ablation table: Variant, Obj., Gap vs reference, Time."""
     gap_title = f"Gap vs {PRESETS[reference].label} (%)" if reference else "Gap (%)"
     lines = [
         f"| Variant | Obj. | {gap_title} | Infeasible | Seeds | Time (s) |",

@@ -27,6 +27,8 @@ CREDENTIAL_PATTERN = re.compile(
     r"secret|password|token|key_id|access_key|credential", re.IGNORECASE
 )
 EPOCH_METRICS: tuple[str, ...] = (
+    "epoch",
+    "seconds",
     "train_best_cost",
     "train_mean_cost",
     "loss",

@@ -1,4 +1,4 @@
-"""The Ray Tune trainable of linc: one trial trains one (variant, seed, hyper-parameters) with ``fit``.
+"""The Ray Tune trainable: one trial trains one (variant, seed, hyper-parameters) with ``fit``.
 
 A trial receives the whole composed platform mapping (see :mod:`orchestration.config`) with its
 own ``model.variant`` and ``train.seed`` filled in, converts it again (a trial never runs an
@@ -209,6 +209,7 @@ def train_linc(trial_config: dict[str, Any]) -> None:
         ]
         torch.manual_seed(derive_seed(train_config.seed, "init"))
         policy = LincPolicy(model_config)
+        mlflow.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
         if config.cluster.num_workers > 1:
             from orchestration.distributed import fit_data_parallel
 

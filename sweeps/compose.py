@@ -35,7 +35,7 @@ def compose_mapping(overrides: Sequence[str] = (), config_name: str = "config") 
 
 
 def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
-    """Compose and validate; local storage and data paths become absolute (workers run elsewhere)."""
+    """Compose and validate; local storage and data paths become absolute (for the workers)."""
     values = compose_mapping(overrides)
     cluster = values.setdefault("cluster", {})
     storage = str(cluster.get("storage") or "runs")

@@ -1,0 +1,117 @@
+"""``linc-report``: the paper-shaped tables rebuilt from MLflow runs (no Ray needed).
+
+    linc-report ablation --experiment linc-cpu --sweep ablation-cpu
+    linc-report budget   --experiment linc-cpu
+    linc-report benchmark --experiment linc-cpu
+    linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
+
+``ablation``: mean final evaluation cost per variant over seeds with the gap to Full LINC (as
+``linc-ablation`` prints it). ``benchmark``: per evaluation set and variant, the mean cost and the
+count of infeasible solutions. ``budget``: per run, epochs, wall time and parameter count.
+The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def trial_runs(tracking_uri: str, experiment: str, sweep: str | None) -> list[Any]:
+    """Finished trial runs (not sweep parents) of ``experiment``, optionally of one sweep."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise SystemExit(f"linc-report: no MLflow experiment {experiment!r} at {tracking_uri}")
+    query = "attributes.status = 'FINISHED' and tags.variant != ''"
+    if sweep:
+        query += f" and tags.sweep = '{sweep}'"
+    return client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
+
+
+def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        metrics, tags = run.data.metrics, run.data.tags
+        rows.append(
+            {
+                "variant": tags.get("variant"),
+                "seed": tags.get("seed"),
+                "sweep": tags.get("sweep"),
+                "eval_set": tags.get("eval_set"),
+                "eval_cost": metrics.get("eval_cost"),
+                "eval_infeasible": metrics.get("eval_infeasible"),
+                "epochs": metrics.get("epoch"),
+                "parameters": metrics.get("num_parameters"),
+                "seconds": (run.info.end_time - run.info.start_time) / 1000.0
+                if run.info.end_time
+                else None,
+            }
+        )
+    return rows
+
+
+def benchmark_table(rows: Sequence[dict[str, Any]]) -> str:
+    from orchestration.experiments import aggregate_rows
+
+    lines = ["| Set | Variant | Obj. | Infeasible | Runs |", "|---|---|---:|---:|---:|"]
+    for eval_set in sorted({r["eval_set"] for r in rows if r["eval_set"]}):
+        subset = [r for r in rows if r["eval_set"] == eval_set]
+        for row in aggregate_rows(subset, reference=None):
+            obj = f"{row['obj']:.2f}" if row["obj"] is not None else "-"
+            cells = (eval_set, row["label"], obj, f"{row['infeasible']:.0f}", str(row["seeds"]))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def budget_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| Variant | Seed | Epochs | Parameters | Wall time (s) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in sorted(rows, key=lambda r: (str(r["variant"]), str(r["seed"]))):
+        epochs = f"{row['epochs']:.0f}" if row["epochs"] is not None else "-"
+        params = f"{row['parameters']:,.0f}" if row["parameters"] is not None else "-"
+        seconds = f"{row['seconds']:.0f}" if row["seconds"] is not None else "-"
+        lines.append(f"| {row['variant']} | {row['seed']} | {epochs} | {params} | {seconds} |")
+    return "\n".join(lines)
+
+
+def default_tracking_uri() -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{Path('runs').resolve() / 'mlflow.db'}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="linc-report", description=__doc__.splitlines()[0])
+    parser.add_argument("table", choices=("ablation", "benchmark", "budget"))
+    parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--experiment", default="linc-cpu")
+    parser.add_argument("--sweep", default=None, help="only the trials of this sweep")
+    parser.add_argument("--reference", default="full_linc", help="ablation gap reference")
+    args = parser.parse_args(argv)
+    from orchestration.experiments import ablation_table
+
+    rows = run_rows(
+        trial_runs(args.tracking_uri or default_tracking_uri(), args.experiment, args.sweep)
+    )
+    if not rows:
+        raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
+    if args.table == "ablation":
+        variants = {r["variant"] for r in rows}
+        print(ablation_table(rows, args.reference if args.reference in variants else None))
+    elif args.table == "benchmark":
+        print(benchmark_table(rows))
+    else:
+        print(budget_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

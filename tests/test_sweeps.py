@@ -1,0 +1,255 @@
+"""The platform end to end on a local Ray (smoke preset): sweeps, MLflow runs, retries, resume."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestration.experiments import run_ablation, run_search, run_training
+from sweeps.compose import load_platform_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def smoke(tmp_path: Path, *overrides: str):
+    return load_platform_config(
+        ["preset=smoke", f"cluster.storage={tmp_path / 'runs'}", *overrides]
+    )
+
+
+def runs_of(config, sweep: str):
+    client = MlflowClient(tracking_uri=config.tracking_uri())
+    experiment = client.get_experiment_by_name(config.tracking.experiment)
+    return client, client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.sweep = '{sweep}'"
+    )
+
+
+def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(ray_session, tmp_path) -> None:
+    config = smoke(tmp_path)
+    result = run_ablation(config)
+    assert {row["variant"] for row in result.rows} == {"baseline", "full_linc"}
+    assert all(row["error"] is None and row["eval_cost"] > 0 for row in result.rows)
+    assert "| Full LINC |" in result.table and "| Baseline |" in result.table
+    assert "Gap vs Full LINC (%)" in result.table
+
+    client, runs = runs_of(config, "ablation-smoke")
+    trials = [r for r in runs if r.data.tags.get("kind") != "sweep"]
+    parents = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    assert len(trials) == 2 and len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    for run in trials:
+        tags, params = run.data.tags, run.data.params
+        assert run.info.status == "FINISHED"
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["variant"] in ("baseline", "full_linc") and tags["seed"] == "1"
+        assert tags["data_id"] == "generated:cvrptw6:seed0"
+        assert len(tags["git_commit"]) in (40, len("unknown"))
+        assert params["train.epochs"] == "2" and params["model.variant"] == tags["variant"]
+        history = client.get_metric_history(run.info.run_id, "train_best_cost")
+        assert [m.step for m in history] == [1, 2]
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.json", "evaluation_rows.csv", "routes.png"} <= artifacts
+        assert run.data.metrics["eval_infeasible"] == 0
+    parent_artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"ablation_table.md", "ablation_rows.json"} <= parent_artifacts
+    # the table's numbers are the trials' logged evaluation costs
+    costs = {r.data.tags["variant"]: r.data.metrics["eval_cost"] for r in trials}
+    assert f"| {costs['full_linc']:.2f} | +0.00 |" in result.table
+
+
+def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path) -> None:
+    config = smoke(tmp_path, "fault.fail_at_epoch=1", "train.epochs=3")
+    result = run_training(config, name="retry")
+    assert result.rows[0]["epochs"] == 3 and result.rows[0]["error"] is None
+    client, runs = runs_of(config, "retry")
+    trials = [r for r in runs if r.data.tags.get("kind") != "sweep"]
+    assert len(trials) == 1, "the retry re-opens the trial's MLflow run"
+    steps = [m.step for m in client.get_metric_history(trials[0].info.run_id, "train_best_cost")]
+    assert steps == [1, 2, 3], "epoch 1 is not trained twice: the retry starts at epoch 2"
+    state = (tmp_path / "runs" / "retry").glob("train_linc_*/error.txt")
+    assert any("fail_at_epoch=1" in p.read_text() for p in state)
+
+
+def test_optuna_search_with_asha_reports_a_best_config(ray_session, tmp_path) -> None:
+    config = smoke(tmp_path, "train.epochs=3")
+    result, best = run_search(config)
+    assert len(result.rows) == 4
+    assert 1e-5 <= best["train.learning_rate"] <= 1e-3
+    assert best["validation_cost"] == pytest.approx(
+        min(r["validation_cost"] for r in result.rows if r["validation_cost"] is not None),
+        rel=0.5,
+    )
+    client, runs = runs_of(config, "hpo-smoke")
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    assert float(parent.data.tags["best.train.learning_rate"]) == best["train.learning_rate"]
+
+
+def _ablation_command(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sweeps.ablation",
+        "preset=smoke",
+        f"cluster.storage={tmp_path / 'runs'}",
+        "cluster.max_concurrent_trials=1",
+        "train.epochs=4",
+        *extra,
+    ]
+
+
+def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> None:
+    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(
+        _ablation_command(tmp_path),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    config = smoke(tmp_path)
+    deadline = time.monotonic() + 240
+    finished: list = []
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            if (tmp_path / "runs" / "mlflow.db").exists():
+                _, runs = runs_of(config, "ablation-smoke")
+                finished = [
+                    r for r in runs if r.info.status == "FINISHED" and "variant" in r.data.tags
+                ]
+                if finished:
+                    break
+            time.sleep(1.0)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray it started
+        first.wait(timeout=60)
+    assert len(finished) == 1, (tmp_path / "first.log").read_text()[-3000:]
+    done_variant = finished[0].data.tags["variant"]
+
+    second = subprocess.run(
+        _ablation_command(tmp_path),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "| Full LINC |" in second.stdout and "| Baseline |" in second.stdout
+    client, runs = runs_of(config, "ablation-smoke")
+    trials = [r for r in runs if "variant" in r.data.tags]
+    same = [r for r in trials if r.data.tags["variant"] == done_variant]
+    assert len(same) == 1, "the finished trial was not trained again"
+    steps = [m.step for m in client.get_metric_history(same[0].info.run_id, "train_best_cost")]
+    assert steps == [1, 2, 3, 4]
+    assert {r.data.tags["variant"] for r in trials if r.info.status == "FINISHED"} == {
+        "baseline",
+        "full_linc",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A head from ``ray start --head`` on 127.0.0.1, stopped with its process group."""
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
+    assert ray_cli, "the ray command is installed with the package"
+    dashboard = _free_port()
+    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    log = (tmp_path / "head.log").open("w")
+    head = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(_free_port()),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dashboard),
+            "--num-cpus",
+            "2",
+            "--include-dashboard",
+            "true",
+        ],  # fmt: skip
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dashboard}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", dashboard), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        os.killpg(head.pid, signal.SIGKILL)
+        pytest.fail("ray head did not open its dashboard:\n" + (tmp_path / "head.log").read_text())
+    yield ray_cli, address
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
+
+
+def test_ray_job_submit_runs_the_smoke_ablation(ray_head, tmp_path) -> None:
+    ray_cli, address = ray_head
+    storage = tmp_path / "job-runs"
+    env = os.environ | {"RAY_AUTH_MODE": "token"}
+    env.pop("RAY_ADDRESS", None)
+    submitted = subprocess.run(
+        [
+            ray_cli,
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--working-dir",
+            str(ROOT),
+            "--",
+            sys.executable,
+            "-m",
+            "sweeps.ablation",
+            "preset=smoke",
+            f"cluster.storage={storage}",
+        ],  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    output = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, output[-4000:]
+    assert "succeeded" in output and "| Full LINC |" in output
+    config = load_platform_config(["preset=smoke", f"cluster.storage={storage}"])
+    _, runs = runs_of(config, "ablation-smoke")
+    assert sum(r.info.status == "FINISHED" for r in runs) == 3  # two trials and the sweep
