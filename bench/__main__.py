@@ -47,11 +47,25 @@ def run_datagen(quick: bool) -> list[dict]:
     return bench_datagen(quick=quick)
 
 
+def run_platform(quick: bool) -> list[dict]:
+    from bench.bench_platform import bench_platform
+
+    return bench_platform(quick=quick)
+
+
+def run_decode(quick: bool) -> list[dict]:
+    from bench.bench_decode import bench_decode
+
+    return bench_decode(quick)
+
+
 BENCHMARKS = {
     "env": run_env,
     "generator": run_generator,
     "train": run_train,
     "datagen": run_datagen,
+    "platform": run_platform,
+    "decode": run_decode,
 }
 
 

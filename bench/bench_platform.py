@@ -1,0 +1,85 @@
+"""Orchestration overhead: one ~60-second training trial under Tune + MLflow vs ``fit`` directly.
+
+    python -m bench --only platform
+
+Both sides train the same config (the ``cpu`` preset's model, CVRPTW n=20, checkpoints every
+epoch, validation every epoch, no final evaluation) in the same process tree, one after the
+other: first ``fit`` called directly, then the same trial through ``run_training`` (a Tune
+experiment with per-epoch Tune checkpoints and MLflow logging to a local SQLite store). The
+number of epochs is calibrated so that the direct run takes about 60 seconds. Ray is started
+before the clock (a cluster is up once per sweep, not per trial). Target: <= 5% overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_OVERHEAD = 1.05
+TRIAL_SECONDS = 60.0
+
+
+def _config(storage: Path, epochs: int):
+    from sweeps.compose import load_platform_config
+
+    return load_platform_config(
+        [
+            "preset=cpu",
+            f"cluster.storage={storage}",
+            "data.eval_source=none",
+            f"train.epochs={epochs}",
+            "cluster.max_failures=0",
+        ]
+    )
+
+
+def _direct_seconds(config, folder: Path, epochs: int | None = None) -> float:
+    import torch
+
+    from linc_core.model import LincPolicy
+    from linc_core.seeding import derive_seed
+    from linc_core.train.loop import fit
+    from orchestration.trainable import training_data, validation_set
+
+    model_config, train_config = config.linc_configs()
+    if epochs is not None:
+        from dataclasses import replace
+
+        train_config = replace(train_config, epochs=epochs)
+    torch.set_num_threads(config.cluster.torch_threads)
+    start = time.perf_counter()
+    data, data_id = training_data(config)
+    validation = validation_set(config)
+    torch.manual_seed(derive_seed(train_config.seed, "init"))
+    policy = LincPolicy(model_config)
+    fit(policy, train_config, data, validation=validation, checkpoint_dir=folder, data_id=data_id)
+    return time.perf_counter() - start
+
+
+def bench_platform(quick: bool = False) -> list[dict]:
+    from orchestration.experiments import init_ray, run_training
+
+    target_seconds = 15.0 if quick else TRIAL_SECONDS
+    with tempfile.TemporaryDirectory(prefix="linc-bench-platform-") as tmp:
+        root = Path(tmp)
+        probe = _direct_seconds(_config(root / "probe", 1), root / "probe-ckpt", epochs=2) / 2
+        epochs = max(2, math.ceil(target_seconds / probe))
+        config = _config(root / "runs", epochs)
+        direct = _direct_seconds(config, root / "direct")
+        init_ray(config)
+        start = time.perf_counter()
+        run_training(config, name="overhead")
+        tuned = time.perf_counter() - start
+    print(f"platform: {epochs} epochs, fit {direct:.1f}s, Tune + MLflow {tuned:.1f}s", flush=True)
+    return [
+        {
+            "name": f"Tune+MLflow trial wall s vs fit direct ({epochs} epochs, cpu preset, n=20)",
+            "ours": direct,
+            "peer": tuned,
+            "peer_name": "same trial under Ray Tune + MLflow (lower ratio = more overhead)",
+            "ratio": direct / tuned,
+            "target": 1 / TARGET_OVERHEAD,
+        }
+    ]

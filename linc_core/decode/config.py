@@ -1,0 +1,87 @@
+"""``DecodeConfig``: the typed, validated knobs of every decoding method."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DecodeMethod = Literal["greedy", "sampling", "sgbs", "multistart"]
+DECODE_METHODS: tuple[str, ...] = ("greedy", "sampling", "sgbs", "multistart")
+AUGMENTATIONS: tuple[int, ...] = (1, 8)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to decode a batch of instances.
+
+    Attributes:
+        method: ``greedy`` (argmax per rollout), ``sampling`` (softmax sampling per rollout),
+            ``multistart`` (POMO: one greedy rollout per forced first customer) or ``sgbs``
+            (simulation-guided beam search, reference section 6).
+        num_z: rollouts per augmented copy for ``greedy`` and ``sampling``, each conditioned on
+            its own z-vector when the model has ``z_dim > 0`` (the paper's budget is 800). A
+            model without z decodes ``greedy`` with a single rollout (identical rollouts would
+            only repeat it).
+        augment: 1 (the instance as given) or 8 (the dihedral copies, each with its own z).
+        seed: every random draw (z-vectors, sampling) derives from it; see ``decode``.
+        num_starts: ``multistart`` rollouts per copy (None = every customer / city).
+        beam_width: SGBS beams kept per augmented copy (reference: 4).
+        expansion: SGBS children per beam, the greedy child included (reference: 4).
+        sgbs_z: greedy z-rollouts whose best ``beam_width`` seed the SGBS beams (reference:
+            128); for a model without z, that many POMO starts (capped at the customer count).
+        max_rollouts_per_chunk: upper bound on rollouts decoded at once (instances x copies x
+            rollouts per chunk); decoding memory grows linearly with it and with n.
+    """
+
+    method: DecodeMethod = "sampling"
+    num_z: int = 800
+    augment: int = 8
+    seed: int = 0
+    num_starts: int | None = None
+    beam_width: int = 4
+    expansion: int = 4
+    sgbs_z: int = 128
+    max_rollouts_per_chunk: int = 16384
+
+    def __post_init__(self) -> None:
+        if self.method not in DECODE_METHODS:
+            raise ValueError(
+                f"DecodeConfig.method: expected one of {DECODE_METHODS}, got {self.method!r}"
+            )
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(
+                f"DecodeConfig.augment: expected one of {AUGMENTATIONS}, got {self.augment!r}"
+            )
+        for name in ("num_z", "beam_width", "sgbs_z", "max_rollouts_per_chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"DecodeConfig.{name}: expected an int >= 1, got {value!r}")
+        if not isinstance(self.expansion, int) or self.expansion < 2:
+            raise ValueError(
+                f"DecodeConfig.expansion: expected an int >= 2 (the greedy child plus at least "
+                f"one more), got {self.expansion!r}"
+            )
+        if self.num_starts is not None and (
+            not isinstance(self.num_starts, int) or self.num_starts < 1
+        ):
+            raise ValueError(
+                f"DecodeConfig.num_starts: expected None or an int >= 1, got {self.num_starts!r}"
+            )
+        if self.sgbs_z < self.beam_width:
+            raise ValueError(
+                f"DecodeConfig.sgbs_z: expected >= beam_width ({self.beam_width}), "
+                f"got {self.sgbs_z}"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"DecodeConfig.seed: expected an int, got {self.seed!r}")
+
+    @property
+    def label(self) -> str:
+        """A short human-readable name of the budget, e.g. ``sampling z=800 x8``."""
+        aug = f" x{self.augment}"
+        if self.method == "sgbs":
+            return f"sgbs b={self.beam_width} e={self.expansion} z={self.sgbs_z}{aug}"
+        if self.method == "multistart":
+            starts = "all" if self.num_starts is None else str(self.num_starts)
+            return f"multistart starts={starts}{aug}"
+        return f"{self.method} z={self.num_z}{aug}"

@@ -1,0 +1,200 @@
+"""Simulation-guided beam search (SGBS, Choo et al. 2022) as the LINC reference runs it.
+
+Per row (one augmented copy of one instance), reference section 6:
+
+1. ``sgbs_z`` greedy rollouts, one per z-vector (a model without z: one per POMO start).
+   The best of them is the incumbent; the ``beam_width`` best become the beams, each placed
+   after its first decision, with its z and its greedy completion cost.
+2. At every depth each beam proposes its ``expansion`` most likely children. The greedy child's
+   greedy completion is the beam's own rollout, whose cost is known, so only the other
+   ``expansion - 1`` children are simulated (greedy completion).
+3. The ``beam_width`` children with the cheapest completions become the new beams; every
+   simulated completion is offered to the incumbent.
+4. Stop when every beam has finished; the answer is the incumbent.
+
+The incumbent starts as the best greedy rollout of step 1 and only ever improves, so SGBS is
+never worse than its own greedy start. All of it runs on ``[R, beams, ...]`` tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+import torch
+from torch import Tensor
+
+from linc_core.decode.sampling import (
+    RowBest,
+    Rows,
+    complete,
+    greedy_chooser,
+    multistart_starts,
+    repeat_rollouts,
+    row_z,
+    select_rollouts,
+    start_state,
+)
+from linc_core.model.policy import LincPolicy
+from linc_core.problems import make_env
+
+
+def _gather(values: Tensor, index: Tensor) -> Tensor:
+    """``values[r, index[r, j]]`` for ``values`` ``[R, K, ...]`` and ``index`` ``[R, J]``."""
+    rows = torch.arange(index.shape[0], device=index.device).unsqueeze(1)
+    return values[rows, index]
+
+
+def _pad_cat(a: Tensor, b: Tensor) -> Tensor:
+    """Concatenate ``[R, K, Ta]`` and ``[R, K, Tb]`` along T."""
+    return torch.cat([a, b], dim=-1)
+
+
+def sgbs_rows(
+    policy: LincPolicy,
+    rows: Rows,
+    *,
+    beam_width: int,
+    expansion: int,
+    initial_rollouts: int,
+    seed: int,
+    max_rollouts_per_chunk: int,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[RowBest, Tensor]:
+    """SGBS on every row, rows chunked so that at most ``max_rollouts_per_chunk`` rollouts
+    (initial rollouts or simulations) run at once.
+
+    Returns:
+        (the incumbent per row, ``[R]`` float64 cost of the best initial greedy rollout).
+    """
+    incumbent = RowBest.empty(rows.count)
+    greedy_start = torch.full((rows.count,), float("inf"), dtype=torch.float64)
+    z_dim = policy.config.z_dim
+    if z_dim == 0:
+        initial_rollouts = min(initial_rollouts, rows.instance.num_customers)
+    expansion = min(expansion, rows.instance.num_nodes)
+    width = max(initial_rollouts, beam_width * expansion)
+    rows_per_chunk = max(1, max_rollouts_per_chunk // width)
+    for first in range(0, rows.count, rows_per_chunk):
+        chunk = rows.select(slice(first, first + rows_per_chunk))
+        start_cost = _sgbs_chunk(
+            policy,
+            chunk,
+            first,
+            incumbent,
+            beam_width=min(beam_width, initial_rollouts),
+            expansion=expansion,
+            initial_rollouts=initial_rollouts,
+            seed=seed,
+            progress=progress,
+        )
+        greedy_start[first : first + chunk.count] = start_cost
+    return incumbent, greedy_start
+
+
+def _sgbs_chunk(
+    policy: LincPolicy,
+    rows: Rows,
+    first_row: int,
+    incumbent: RowBest,
+    *,
+    beam_width: int,
+    expansion: int,
+    initial_rollouts: int,
+    seed: int,
+    progress: Callable[[int], None] | None,
+) -> Tensor:
+    instance = rows.instance
+    r = rows.count
+    z_dim = policy.config.z_dim
+    cache, time_scale = policy.encode(instance)
+    env = make_env(instance, initial_rollouts)
+
+    # 1. greedy rollouts from the root, one per z (or per start)
+    z_all = row_z(rows, initial_rollouts, z_dim, seed) if z_dim > 0 else None
+    starts = multistart_starts(instance, initial_rollouts) if z_dim == 0 else None
+    root, prefix = start_state(env, instance, starts)
+    final, actions = complete(policy, env, root, cache, time_scale, z_all, greedy_chooser)
+    incumbent.offer(first_row, final.cost, _pad_cat(prefix, actions))
+    if progress is not None:
+        progress(r * initial_rollouts)
+    start_cost = final.cost.double().min(-1).values.cpu()
+
+    order = final.cost.argsort(-1)[:, :beam_width]  # [R, W]
+    beam_state = select_rollouts(root, order)
+    beam_prefix = _gather(prefix, order)
+    beam_z = _gather(z_all, order) if z_all is not None else None
+    if actions.shape[-1] > 0:  # place every beam after its first greedy decision
+        first_action = _gather(actions[..., 0], order)
+        beam_state = env.step(beam_state, first_action)
+        beam_prefix = _pad_cat(beam_prefix, first_action.unsqueeze(-1))
+    beam_cost = _gather(final.cost, order)  # [R, W] greedy completion cost of each beam
+
+    others = expansion - 1
+    rows_index = torch.arange(r, device=instance.device).unsqueeze(1)
+    for _ in range(env.max_steps + 1):
+        if bool(beam_state.finished.all()):
+            break
+        w = beam_state.current.shape[1]
+        scores = policy.step_scores(env, beam_state, cache, time_scale, beam_z)
+        log_probs = policy.log_probs(scores, beam_state.mask)  # [R, W, N]
+        top_logp, top_action = log_probs.topk(expansion, dim=-1)  # [R, W, E]
+        greedy_action = top_action[..., 0]
+        # Children beyond the feasible actions are invalid; they replay the greedy action so
+        # the environment only ever sees feasible moves, and are scored +inf.
+        valid = torch.isfinite(top_logp[..., 1:])  # [R, W, E-1]
+        child_action = torch.where(valid, top_action[..., 1:], greedy_action.unsqueeze(-1))
+        child_state = env.step(repeat_rollouts(beam_state, others), child_action.flatten(1))
+        child_z = beam_z.repeat_interleave(others, dim=1) if beam_z is not None else None
+        simulated, completion = complete(
+            policy, env, child_state, cache, time_scale, child_z, greedy_chooser
+        )
+        if progress is not None:
+            progress(r * w * others)
+        sim_cost = simulated.cost.masked_fill(~valid.flatten(1), float("inf"))  # [R, W(E-1)]
+        child_prefix = _pad_cat(
+            beam_prefix.repeat_interleave(others, dim=1), child_action.flatten(1).unsqueeze(-1)
+        )
+        incumbent.offer(first_row, sim_cost, _pad_cat(child_prefix, completion))
+
+        # candidates: the W greedy children (known costs) then the W (E-1) simulated ones
+        greedy_state = env.step(beam_state, greedy_action)
+        candidate_cost = torch.cat([beam_cost, sim_cost], dim=1)
+        keep = candidate_cost.argsort(dim=-1, stable=True)[:, :beam_width]  # [R, W']
+        from_greedy = keep < w
+        greedy_pick = keep.clamp_max(w - 1)
+        child_pick = (keep - w).clamp_min(0)
+        beam_state = _merge_states(
+            select_rollouts(greedy_state, greedy_pick),
+            select_rollouts(child_state, child_pick),
+            from_greedy,
+        )
+        greedy_prefix = _pad_cat(beam_prefix, greedy_action.unsqueeze(-1))
+        beam_prefix = torch.where(
+            from_greedy.unsqueeze(-1),
+            _gather(greedy_prefix, greedy_pick),
+            _gather(child_prefix, child_pick),
+        )
+        if beam_z is not None:
+            beam_z = torch.where(
+                from_greedy.unsqueeze(-1),
+                _gather(beam_z, greedy_pick),
+                _gather(child_z, child_pick),
+            )
+        beam_cost = candidate_cost[rows_index, keep]
+    if not bool(beam_state.finished.all()):
+        raise RuntimeError("SGBS did not finish within the environment's step bound")
+    return start_cost
+
+
+def _merge_states(a: object, b: object, take_a: Tensor) -> object:
+    """Rollout-wise ``a if take_a else b`` for two equal-shape states; ``take_a`` ``[R, K]``."""
+    merged = {}
+    for f in fields(a):
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(va, Tensor):
+            cond = take_a.view(*take_a.shape, *([1] * (va.dim() - 2)))
+            merged[f.name] = torch.where(cond, va, vb)
+        else:
+            merged[f.name] = va
+    return replace(a, **merged)

@@ -1,0 +1,166 @@
+"""Decoding: budgets only ever help, SGBS never loses to its start, augmentation is consistent,
+every decoded Solomon-100 solution passes the independent verifier."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from linc_core.config import ModelConfig
+from linc_core.decode import DecodeConfig, decode
+from linc_core.decode.sampling import rollout_keys, sample_with_uniforms, step_uniforms
+from linc_core.instances import Instance, read_solomon, read_solomon_folder
+from linc_core.model import LincPolicy
+from linc_core.problems.generators import generate_tsp, truncate_customers
+from linc_core.verify import verify_instance
+
+TINY = dict(
+    embedding_dim=32,
+    encoder_layers=1,
+    num_heads=4,
+    ff_hidden_dim=64,
+    poly_hidden_dim=32,
+    scorer_hidden_dim=16,
+)
+
+
+def tiny_policy(problem: str = "cvrptw", seed: int = 0) -> LincPolicy:
+    torch.manual_seed(seed)
+    return LincPolicy(ModelConfig.for_problem(problem, **TINY)).eval()
+
+
+@pytest.fixture(scope="module")
+def policy() -> LincPolicy:
+    return tiny_policy()
+
+
+@pytest.fixture(scope="module")
+def small_solomon(data_dir) -> Instance:
+    """Three Solomon instances of different families cut to 15 customers (float64)."""
+    files = ("C101.txt", "R201.txt", "RC105.txt")
+    return Instance.concat(
+        [truncate_customers(read_solomon(data_dir / "solomon100" / f), 15) for f in files]
+    )
+
+
+def assert_verified(instances: Instance, result, convention: str = "exact") -> None:
+    for b, solution in enumerate(result.routes):
+        checked = verify_instance(instances, b, solution, convention=convention)
+        assert checked.feasible, (b, checked.violations[:3])
+        if convention == "exact":
+            assert checked.cost == pytest.approx(float(result.cost[b]), rel=1e-12)
+
+
+def test_every_solomon100_solution_passes_the_verifier(policy, data_dir):
+    instances, errors = read_solomon_folder(data_dir / "solomon100")
+    assert not errors and len(instances) == 56
+    batch = Instance.concat(instances)
+    result = decode(policy, batch, DecodeConfig(method="sampling", num_z=2, augment=8, seed=3))
+    assert result.cost.shape == (56,) and result.rollouts == 56 * 8 * 2
+    assert_verified(batch, result, "exact")
+    # The same routes also hold under the DIMACS times (truncated edges are never longer).
+    for b, solution in enumerate(result.routes):
+        assert verify_instance(batch, b, solution, convention="dimacs").feasible
+        served = sorted(c for route in solution for c in route)
+        assert served == list(range(1, 101))
+
+
+def test_sgbs_is_never_worse_than_its_own_greedy_start(policy, small_solomon):
+    sgbs = decode(policy, small_solomon, DecodeConfig(method="sgbs", sgbs_z=8, augment=1, seed=5))
+    greedy = decode(
+        policy, small_solomon, DecodeConfig(method="greedy", num_z=8, augment=1, seed=5)
+    )
+    assert_verified(small_solomon, sgbs)
+    # SGBS's first stage is exactly that greedy decode (same z-vectors)...
+    torch.testing.assert_close(sgbs.greedy_start_cost, greedy.cost, rtol=1e-5, atol=0)
+    # ... and the search only keeps improvements, which an untrained model leaves plenty of.
+    assert bool((sgbs.cost <= greedy.cost + 1e-9).all())
+    assert bool((sgbs.cost < greedy.cost - 1e-6).any())
+
+
+def test_more_z_samples_are_never_worse_under_a_fixed_seed(policy, small_solomon):
+    few = decode(policy, small_solomon, DecodeConfig(method="sampling", num_z=4, seed=11))
+    many = decode(policy, small_solomon, DecodeConfig(method="sampling", num_z=16, seed=11))
+    assert bool((many.aug_cost <= few.aug_cost + 1e-9).all())
+    assert bool((many.cost <= few.cost + 1e-9).all())
+    # Chunking is invisible: rollout k of a row is the same rollout whatever the chunk size.
+    # (un-augmented rows are augmented copy 0; 16 rollouts in blocks of 6 and one row a chunk)
+    chunked = decode(
+        policy,
+        small_solomon,
+        DecodeConfig(method="sampling", num_z=16, augment=1, seed=11, max_rollouts_per_chunk=6),
+    )
+    torch.testing.assert_close(chunked.cost, many.aug_cost[:, 0], rtol=1e-9, atol=0)
+    # A different seed draws different z-vectors and samples.
+    other = decode(policy, small_solomon, DecodeConfig(method="sampling", num_z=16, seed=12))
+    assert not torch.equal(other.aug_cost, many.aug_cost)
+
+
+def test_augmented_copies_are_rescored_on_the_original_instance(policy, small_solomon):
+    result = decode(policy, small_solomon, DecodeConfig(method="greedy", num_z=4, seed=2))
+    assert result.aug_cost.shape == (3, 8)
+    for b in range(3):
+        for a in range(8):
+            checked = verify_instance(small_solomon, b, result.aug_routes[b][a], "exact")
+            assert checked.feasible
+            assert checked.cost == pytest.approx(float(result.aug_cost[b, a]), rel=1e-12)
+        assert float(result.cost[b]) == float(result.aug_cost[b].min())
+    # The copies are real transformations: the policy sees different inputs.
+    assert any(len(set(result.aug_cost[b].tolist())) > 1 for b in range(3))
+    # Copy 0 is the identity with the same per-row seeds as an un-augmented decode.
+    plain = decode(policy, small_solomon, DecodeConfig(method="greedy", num_z=4, augment=1, seed=2))
+    torch.testing.assert_close(plain.cost, result.aug_cost[:, 0], rtol=1e-9, atol=0)
+
+
+def test_multistart_starts_each_rollout_at_its_own_customer(policy, small_solomon):
+    five = decode(policy, small_solomon, DecodeConfig(method="multistart", num_starts=5, augment=1))
+    every = decode(policy, small_solomon, DecodeConfig(method="multistart", augment=1))
+    assert five.rollouts == 3 * 5 and every.rollouts == 3 * 15
+    assert_verified(small_solomon, five)
+    for solution in five.routes:
+        assert solution[0][0] in range(1, 6)
+    # All 15 starts include the first 5 (greedy is deterministic).
+    assert bool((every.cost <= five.cost + 1e-9).all())
+
+
+def test_tsp_tours_are_complete_and_rescored_exactly():
+    instances = generate_tsp(2, 12, seed=4)
+    result = decode(tiny_policy("tsp"), instances, DecodeConfig(method="sampling", num_z=4, seed=1))
+    for b, solution in enumerate(result.routes):
+        assert sorted(solution[0]) == list(range(12))
+        checked = verify_instance(instances, b, solution, "exact")
+        assert checked.feasible
+        assert checked.cost == pytest.approx(float(result.cost[b]), rel=1e-9)
+
+
+def test_counter_based_uniforms_are_uniform_and_keyed():
+    keys = rollout_keys(torch.tensor([1, 2], dtype=torch.long), 0, 5000)
+    u = step_uniforms(keys, 0)
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+    # mean 1/2 and variance 1/12 of U(0, 1), within 5 standard errors of 10000 draws
+    assert abs(float(u.mean()) - 0.5) < 5 * math.sqrt(1 / 12 / 10000)
+    assert abs(float(u.var()) - 1 / 12) < 0.005
+    assert not torch.equal(step_uniforms(keys, 1), u)
+    # Rollout k's key does not depend on where the block starts.
+    torch.testing.assert_close(rollout_keys(torch.tensor([1]), 3, 2)[0], keys[0, 3:5])
+    # Inverse CDF: probability-0 actions are never drawn, mass splits as the probabilities.
+    log_probs = torch.tensor([0.25, 0.0, 0.75]).log().expand(1, 5000, 3)
+    drawn = sample_with_uniforms(log_probs, u[:1])
+    assert not bool((drawn == 1).any())
+    assert abs(float((drawn == 2).double().mean()) - 0.75) < 5 * math.sqrt(0.75 * 0.25 / 5000)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("method", "beam"), ("augment", 4), ("num_z", 0), ("expansion", 1), ("sgbs_z", 2)],
+)
+def test_decode_config_names_the_bad_field(field, value):
+    with pytest.raises(ValueError, match=f"DecodeConfig.{field}"):
+        DecodeConfig(**{field: value})
+
+
+def test_decode_refuses_a_model_of_another_problem(policy):
+    with pytest.raises(ValueError, match="model is for cvrptw"):
+        decode(policy, generate_tsp(1, 5, seed=0), DecodeConfig(method="greedy"))

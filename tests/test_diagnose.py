@@ -1,0 +1,71 @@
+"""Mechanism diagnostics: centring makes the comparator blind to common offsets, raw does not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from linc_core.config import ModelConfig
+from linc_core.diagnose import main, run_diagnostics
+from linc_core.instances import Instance, read_solomon
+from linc_core.model import LincPolicy
+from linc_core.problems.generators import truncate_customers
+from tests.test_decode import TINY, tiny_policy
+from tests.test_evaluate import PNG_MAGIC, _tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def instances(data_dir) -> Instance:
+    files = ("C101.txt", "R201.txt")
+    return Instance.concat(
+        [truncate_customers(read_solomon(data_dir / "solomon100" / f), 20) for f in files]
+    )
+
+
+def test_translation_probe_centred_is_invariant_raw_drifts(instances):
+    result = run_diagnostics(tiny_policy(), instances, num_z=4, offsets=(0.0, 0.5, 4.0))
+    probe = result["translation_probe"]
+    assert result["decisions"] > 50
+    assert probe["tv_drift_centred"][0] == 0.0 and probe["tv_drift_raw"][0] == 0.0
+    # float32 round-off only (a shifted-then-centred feature differs from the original by ulps)
+    assert max(probe["tv_drift_centred"]) < 1e-5
+    assert max(probe["top1_flip_rate_centred"]) == 0.0
+    # without centring, the common offset moves every score and the clipping turns it into drift
+    assert probe["tv_drift_raw"][2] > 1e-3
+    assert probe["tv_drift_raw"][2] > 100 * max(probe["tv_drift_centred"])
+
+
+def test_modulation_and_weight_tables_account_for_every_decision(instances):
+    result = run_diagnostics(tiny_policy(seed=1), instances, num_z=2, offsets=(0.0,))
+    modulation, weights = result["modulation"], result["comparator_weights"]
+    assert sum(modulation["decisions"]) == result["decisions"]
+    assert sum(weights["decisions"]) == result["decisions"]
+    for alpha, share in zip(modulation["alpha_mean"], modulation["local_share_mean"], strict=True):
+        if alpha is not None:
+            assert 0.0 < alpha < 1.0 and 0.0 <= share <= 1.0
+    assert weights["features"] == list(ModelConfig().candidate_features)
+    # nothing can be grouped above the 20 customers these instances have
+    assert weights["decisions"][-1] == 0 and weights["mean_weight"][-1] == [None] * 6
+
+
+def test_a_model_without_the_linc_comparator_is_refused(instances):
+    torch.manual_seed(0)
+    baseline = LincPolicy(ModelConfig(scorer="baseline", **TINY))
+    with pytest.raises(ValueError, match="scorer is 'baseline'"):
+        run_diagnostics(baseline, instances)
+
+
+def test_command_writes_json_and_plots(data_dir, tmp_path):
+    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    out = tmp_path / "diag"
+    status = main(
+        ["--checkpoint", str(checkpoint), "--limit", "1", "--z", "2", "--out", str(out),
+         "--offsets", "0,1"]
+    )  # fmt: skip
+    assert status == 0
+    result = json.loads((out / "diagnostics.json").read_text())
+    assert result["translation_probe"]["offsets"] == [0.0, 1.0]
+    for name in ("translation_probe.png", "modulation.png", "comparator_weights.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
