@@ -38,7 +38,7 @@ from linc_core.train.data import FixedData, GeneratedData, TrainingData, generat
 from linc_core.train.loop import BaseCallback, fit
 from orchestration.config import PlatformConfig
 from orchestration.datasets import open_filesystem, open_training_data
-from orchestration.evaluation import evaluate_policy, log_evaluation
+from orchestration.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
 from orchestration.tracking import MLflowCallback, ensure_experiment, flatten_params
 
 CHECKPOINT_FILE = "latest.pt"
@@ -164,7 +164,10 @@ def _start_mlflow(config: PlatformConfig, run_id: str | None, data_id: str):
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.start_run(run_id=run_id)
     _, train = config.linc_configs()
+    import ray
+
     tags = {
+        "ray_node": ray.get_runtime_context().get_node_id(),
         "variant": config.model.variant,
         "seed": str(train.seed),
         "problem": config.task.problem,
@@ -242,12 +245,12 @@ def train_linc(trial_config: dict[str, Any]) -> None:
         if config.data.eval_source != "none":
             final_policy = _policy_from(checkpoint_dir / CHECKPOINT_FILE, policy)
             instances, set_name = evaluation_set(config, validation)
-            evaluation = evaluate_policy(final_policy, instances, config.data, set_name)
-            log_evaluation(mlflow, evaluation, work_dir / "evaluation")
+            evaluation = evaluate_trial(final_policy, instances, config.data)
+            log_evaluation(mlflow, evaluation, instances, set_name, work_dir / "evaluation")
             last = dict(result_history[-1]) if result_history else {}
             last = {k: v for k, v in last.items() if isinstance(v, int | float)}
             tune.report(
-                last | evaluation.metrics(),
+                last | evaluation_metrics(evaluation),
                 checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
             )
     except BaseException:

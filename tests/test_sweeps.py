@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -160,96 +158,3 @@ def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> No
         "baseline",
         "full_linc",
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def ray_head(tmp_path):
-    """A head from ``ray start --head`` on 127.0.0.1, stopped with its process group."""
-    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
-    assert ray_cli, "the ray command is installed with the package"
-    dashboard = _free_port()
-    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    env.pop("RAY_ADDRESS", None)
-    log = (tmp_path / "head.log").open("w")
-    head = subprocess.Popen(
-        [
-            ray_cli,
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            str(_free_port()),
-            "--dashboard-host",
-            "127.0.0.1",
-            "--dashboard-port",
-            str(dashboard),
-            "--num-cpus",
-            "2",
-            "--include-dashboard",
-            "true",
-        ],  # fmt: skip
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    address = f"http://127.0.0.1:{dashboard}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", dashboard), timeout=1):
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        os.killpg(head.pid, signal.SIGKILL)
-        pytest.fail("ray head did not open its dashboard:\n" + (tmp_path / "head.log").read_text())
-    yield ray_cli, address
-    os.killpg(head.pid, signal.SIGTERM)
-    try:
-        head.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait(timeout=30)
-
-
-def test_ray_job_submit_runs_the_smoke_ablation(ray_head, tmp_path) -> None:
-    ray_cli, address = ray_head
-    storage = tmp_path / "job-runs"
-    env = os.environ | {"RAY_AUTH_MODE": "token"}
-    env.pop("RAY_ADDRESS", None)
-    submitted = subprocess.run(
-        [
-            ray_cli,
-            "job",
-            "submit",
-            "--address",
-            address,
-            "--working-dir",
-            str(ROOT),
-            "--",
-            sys.executable,
-            "-m",
-            "sweeps.ablation",
-            "preset=smoke",
-            f"cluster.storage={storage}",
-        ],  # fmt: skip
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    output = submitted.stdout + submitted.stderr
-    assert submitted.returncode == 0, output[-4000:]
-    assert "succeeded" in output and "| Full LINC |" in output
-    config = load_platform_config(["preset=smoke", f"cluster.storage={storage}"])
-    _, runs = runs_of(config, "ablation-smoke")
-    assert sum(r.info.status == "FINISHED" for r in runs) == 3  # two trials and the sweep
