@@ -22,6 +22,7 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -214,20 +215,8 @@ def train_linc(trial_config: dict[str, Any]) -> None:
         policy = LincPolicy(model_config)
         mlflow.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
         if config.cluster.num_workers > 1:
-            from orchestration.distributed import fit_data_parallel
-
-            result_history = fit_data_parallel(
-                model_config,
-                train_config,
-                data,
-                validation=validation,
-                num_workers=config.cluster.num_workers,
-                use_gpu=config.cluster.use_gpu,
-                resources_per_worker=worker_resources(config),
-                checkpoint_dir=checkpoint_dir,
-                resume_from=resume_from,
-                callbacks=callbacks,
-                data_id=data_id,
+            result_history = _fit_data_parallel(
+                config, data, validation, callbacks, checkpoint_dir, resume_from, data_id
             )
         else:
             result = fit(
@@ -262,6 +251,61 @@ def train_linc(trial_config: dict[str, Any]) -> None:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
+def _fit_data_parallel(
+    config: PlatformConfig,
+    data: TrainingData,
+    validation: Instance | None,
+    callbacks: list[BaseCallback],
+    checkpoint_dir: Path,
+    resume_from: Path | None,
+    data_id: str,
+) -> list[dict[str, Any]]:
+    """Train over ``cluster.num_workers`` Ray Train workers; each epoch goes through the same
+    callbacks as a single-process trial, with Train's checkpoint copied into ``checkpoint_dir``
+    (so Tune checkpoints, retries and MLflow behave identically)."""
+    import uuid
+
+    from orchestration.distributed import CHECKPOINT_FILE as TRAIN_FILE
+    from orchestration.distributed import fit_data_parallel
+
+    model_config, train_config = config.linc_configs()
+    storage = config.cluster.storage_path()
+    filesystem = None
+    if "://" in storage:
+        filesystem, storage = open_filesystem(storage)
+    local = not (config.cluster.address or os.environ.get("RAY_ADDRESS"))
+
+    def on_epoch(record: dict[str, Any], checkpoint: Any) -> None:
+        epoch = int(record["epoch"]) - 1
+        for callback in callbacks:
+            callback.on_epoch(epoch, record)
+        if checkpoint is not None:
+            with checkpoint.as_directory() as folder:
+                shutil.copy(Path(folder) / TRAIN_FILE, checkpoint_dir / CHECKPOINT_FILE)
+            for callback in callbacks:
+                callback.on_checkpoint(epoch, checkpoint_dir / CHECKPOINT_FILE)
+
+    result = fit_data_parallel(
+        model_config,
+        train_config,
+        data,
+        num_workers=config.cluster.num_workers,
+        storage_path=storage,
+        storage_filesystem=filesystem,
+        # a fresh Train run per attempt: a retry resumes from the Tune checkpoint it restored
+        run_name=f"ddp-{tune.get_context().get_trial_id()}-{uuid.uuid4().hex[:8]}",
+        use_gpu=config.cluster.use_gpu,
+        resources_per_worker=worker_resources(config),
+        resume_from=resume_from,
+        validation=validation,
+        on_epoch=on_epoch,
+        init_seed=derive_seed(train_config.seed, "init"),
+        data_id=data_id,
+        worker_env={"GLOO_SOCKET_IFNAME": "lo"} if local else None,
+    )
+    return result.history
+
+
 def _policy_from(path: Path, policy: LincPolicy) -> LincPolicy:
     from linc_core.train.loop import policy_from_checkpoint
 
@@ -275,7 +319,8 @@ def trial_resources(config: PlatformConfig) -> dict[str, float]:
     """Tune resources of one trial (a data-parallel trial's workers reserve their own)."""
     cluster = config.cluster
     if cluster.num_workers > 1:
-        return {"cpu": 0.0}
+        # the workers reserve their own resources; Tune refuses an all-zero request
+        return {"cpu": 0.0, "memory": 1}
     resources: dict[str, float] = {"cpu": cluster.cpus_per_trial, "gpu": cluster.gpus_per_trial}
     resources.update(cluster.custom_resources)
     return resources

@@ -34,6 +34,8 @@ def ray_session():
     """One local Ray (2 CPUs, no dashboard) shared by every test that needs it; skip without Ray."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # address="local": always a fresh cluster of this process, even when a `ray start`
+        # head of another program is running on the machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

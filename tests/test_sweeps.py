@@ -79,6 +79,17 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path
     assert any("fail_at_epoch=1" in p.read_text() for p in state)
 
 
+def test_data_parallel_trial_trains_through_the_same_callbacks(ray_session, tmp_path) -> None:
+    config = smoke(tmp_path, "cluster.num_workers=2", "cluster.cpus_per_worker=1")
+    result = run_training(config, name="ddp")
+    row = result.rows[0]
+    assert row["error"] is None and row["epochs"] == 2 and row["eval_cost"] > 0
+    client, runs = runs_of(config, "ddp")
+    (trial,) = [r for r in runs if r.data.tags.get("kind") != "sweep"]
+    steps = [m.step for m in client.get_metric_history(trial.info.run_id, "train_best_cost")]
+    assert steps == [1, 2] and trial.data.metrics["eval_infeasible"] == 0
+
+
 def test_optuna_search_with_asha_reports_a_best_config(ray_session, tmp_path) -> None:
     config = smoke(tmp_path, "train.epochs=3")
     result, best = run_search(config)

@@ -65,17 +65,53 @@ def sample_z(
     return ((index.unsqueeze(-1) >> bits) & 1).float()
 
 
-def sample_from_log_probs(log_probs: Tensor, generator: torch.Generator | None) -> Tensor:
+@dataclass(frozen=True)
+class BatchRows:
+    """Rows ``[start, stop)`` of a batch of ``total`` instances (a data-parallel worker's share).
+
+    Random draws meant for the whole batch are made for all ``total`` rows and then sliced to
+    these rows, so the rollouts of a global instance do not depend on how the batch is split.
+    """
+
+    start: int
+    stop: int
+    total: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.stop <= self.total:
+            raise ValueError(
+                f"rows [{self.start}, {self.stop}) are not a non-empty part of {self.total}"
+            )
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def index(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+def sample_from_log_probs(
+    log_probs: Tensor, generator: torch.Generator | None, rows: BatchRows | None = None
+) -> Tensor:
     """Inverse-CDF sampling; an action of probability 0 is never drawn.
 
     Args:
         log_probs: ``[B, K, N]``.
+        rows: when the B instances are rows of a larger batch, the uniforms are drawn for
+            ``[rows.total, K, 1]`` and sliced, consuming ``generator`` as the whole batch would.
 
     Returns:
         ``[B, K]`` long.
     """
     cdf = log_probs.exp().cumsum(-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
+    shape = cdf.shape[:-1] + (1,)
+    if rows is not None:
+        shape = (rows.total,) + shape[1:]
+    u = torch.rand(shape, generator=generator, device=cdf.device, dtype=cdf.dtype)
+    if rows is not None:
+        u = u[rows.index]
     index = (cdf <= u * cdf[..., -1:]).sum(-1)
     return index.clamp_max(log_probs.shape[-1] - 1)
 
@@ -133,6 +169,7 @@ class LincPolicy(nn.Module):
         generator: torch.Generator | None = None,
         env_kwargs: dict | None = None,
         morph: tuple[LincPolicy, float] | None = None,
+        rows: BatchRows | None = None,
     ) -> RolloutResult:
         """Decode B instances x K rollouts to completion.
 
@@ -147,9 +184,14 @@ class LincPolicy(nn.Module):
             morph: ``(reference policy, lambda)``: score morphing
                 ``u = u_ref + lambda (u - u_ref)`` toward a frozen reference policy (paper
                 section 3.4; the reference sees the same states and z).
+            rows: ``instance`` is these rows of a larger batch (data-parallel training): the
+                sampling noise is drawn for the whole batch and sliced, so each instance's
+                rollouts are those it would get in the whole batch.
         """
         if instance.problem != self.config.problem:
             raise ValueError(f"model is for {self.config.problem}, got a {instance.problem} batch")
+        if rows is not None and rows.size != instance.batch_size:
+            raise ValueError(f"rows {rows} do not match a batch of {instance.batch_size}")
         env = make_env(instance, num_rollouts, **(env_kwargs or {}))
         cache, time_scale = self.encode(instance)
         if morph is not None:
@@ -178,7 +220,7 @@ class LincPolicy(nn.Module):
             if decoding == "greedy":
                 action = log_probs.argmax(-1)
             else:
-                action = sample_from_log_probs(log_probs.detach(), generator)
+                action = sample_from_log_probs(log_probs.detach(), generator, rows)
             # Finished rollouts have one feasible action (log-prob 0): no masking needed.
             log_likelihood = log_likelihood + log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
             actions.append(action)

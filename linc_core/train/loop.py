@@ -7,6 +7,15 @@
 Every random draw of step ``s`` comes from a generator seeded with ``(seed, "rollout", s)`` and
 every batch from ``(seed, epoch, batch)``, so a run resumed from a checkpoint is bit-identical to
 an uninterrupted one on CPU.
+
+Data-parallel (``world`` of size N > 1, ``linc_core.train.distributed``): every rank builds the
+same whole batch and the same step generator, rolls out its B / N rows and sums gradients, so
+the run follows the single-process run up to float rounding. Rank 0's parameters are broadcast
+at the start. Only rank 0 writes ``latest.pt`` and calls the callbacks, except callbacks with a
+true ``all_ranks`` attribute (e.g. a reporter that must be called on every worker), which every
+rank calls with the same (global) metrics; ``on_checkpoint`` fires only where a checkpoint was
+written. Validation is decoded on every rank (identical parameters, identical result), which
+keeps the ranks in step without a broadcast. The wall-clock budget is agreed across ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from linc_core.seeding import derive_seed, torch_generator
 from linc_core.train.advantage import training_progress
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import TrainingData
+from linc_core.train.distributed import SINGLE, World, agree_any, broadcast_module_
 from linc_core.train.step import StepMetrics, rollout_starts, train_step
 
 logger = logging.getLogger(__name__)
@@ -43,6 +53,9 @@ class Callback(Protocol):
 
 
 class BaseCallback:
+    # Data-parallel fit() calls a callback on rank 0 only unless this is True.
+    all_ranks: bool = False
+
     def on_step(self, global_step: int, metrics: StepMetrics) -> None:
         return None
 
@@ -120,6 +133,7 @@ def fit(
     max_steps: int | None = None,
     data_id: str | None = None,
     morph_reference: LincPolicy | None = None,
+    world: World = SINGLE,
 ) -> FitResult:
     """Train ``policy`` for ``config.epochs`` epochs (or until a time/step budget).
 
@@ -135,6 +149,9 @@ def fit(
         max_seconds / max_steps: stop early after the epoch (or step) that crosses them.
         data_id: identifier of the training data (manifest checksum), stored in checkpoints.
         morph_reference: frozen reference policy for score morphing (``config.morph_epochs``).
+        world: data-parallel workers (default: one process). Every rank calls ``fit`` with the
+            same arguments; batches must divide by ``world.size``; rank 0 alone writes the
+            checkpoint and runs callbacks (see the module docstring).
     """
     device = torch.device(config.device)
     policy.to(device)
@@ -153,6 +170,9 @@ def fit(
         start_epoch = payload["epoch"]
         result.global_step = payload["global_step"]
         result.history = list(payload["history"])
+    broadcast_module_(policy, world)
+    if not world.is_main:
+        callbacks = [c for c in callbacks if getattr(c, "all_ranks", False)]
     if morph_reference is not None:
         morph_reference.to(device).eval()
         for parameter in morph_reference.parameters():
@@ -172,7 +192,15 @@ def fit(
             if morph_reference is not None and config.morph_epochs > 0:
                 morph = (morph_reference, min(1.0, epoch / config.morph_epochs))
             metrics = train_step(
-                policy, optimizer, instance, config, progress, generator, scaler=scaler, morph=morph
+                policy,
+                optimizer,
+                instance,
+                config,
+                progress,
+                generator,
+                scaler=scaler,
+                morph=morph,
+                world=world,
             )
             result.global_step += 1
             step_metrics.append(metrics)
@@ -202,7 +230,7 @@ def fit(
         result.epochs_done = epoch + 1
         for callback in callbacks:
             callback.on_epoch(epoch, record)
-        if checkpoint_dir is not None:
+        if checkpoint_dir is not None and world.is_main:
             payload = build_payload(
                 model_config=policy.config,
                 train_config=config,
@@ -218,6 +246,9 @@ def fit(
             for callback in callbacks:
                 callback.on_checkpoint(epoch, path)
         out_of_time = max_seconds is not None and time.perf_counter() - began >= max_seconds
+        if max_seconds is not None:
+            # Ranks' clocks differ: stop together or the others wait forever in an all-reduce.
+            out_of_time = agree_any(out_of_time, world, device)
         out_of_steps = max_steps is not None and result.global_step >= max_steps
         if out_of_time or out_of_steps:
             result.stopped_early = epoch + 1 < config.epochs

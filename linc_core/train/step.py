@@ -2,6 +2,11 @@
 
 ``loss = mean_{b,k}( -A_bk * m_bk * sum_t log p_t )`` (reference section 4): the mean runs over
 all B x K entries, including rollouts the best-only mask zeroes.
+
+Data-parallel (``world.size > 1``, see ``linc_core.train.distributed``): every rank receives the
+whole batch, rolls out its contiguous rows, divides its loss sum by the global ``B x K`` and sums
+gradients over ranks, so the update equals the single-process update on the whole batch up to
+float rounding. z and sampling noise are drawn for the whole batch and sliced.
 """
 
 from __future__ import annotations
@@ -14,13 +19,22 @@ from torch import Tensor
 
 from linc_core.config import TrainConfig
 from linc_core.instances import Instance
-from linc_core.model.policy import LincPolicy, sample_z
+from linc_core.model.policy import BatchRows, LincPolicy, sample_z
 from linc_core.train.advantage import (
+    NORMALISE_EPS,
     best_only_mask,
     group_mean_advantage,
     normalise_advantage,
     soft_top1_advantage,
     tau_at,
+)
+from linc_core.train.distributed import (
+    SINGLE,
+    World,
+    all_reduce_,
+    all_reduce_grads,
+    batch_rows,
+    global_std,
 )
 
 
@@ -55,26 +69,41 @@ def rollout_conditioning(
     num_rollouts: int,
     multi_start: bool,
     generator: torch.Generator,
+    rows: BatchRows | None = None,
 ) -> tuple[Tensor | None, Tensor | None]:
-    """(z ``[B, K, z_dim]`` or None, starts ``[B, K]`` or None) for a training rollout."""
+    """(z ``[B, K, z_dim]`` or None, starts ``[B, K]`` or None) for a training rollout.
+
+    With ``rows`` (``instance`` is those rows of a larger batch), z is drawn for the whole batch
+    and sliced, so every instance gets the z it would get in the whole batch.
+    """
     z = None
     if policy.config.z_dim > 0:
-        z = sample_z(
-            instance.batch_size, num_rollouts, policy.config.z_dim, generator, instance.device
-        )
+        total = instance.batch_size if rows is None else rows.total
+        z = sample_z(total, num_rollouts, policy.config.z_dim, generator, instance.device)
+        if rows is not None:
+            z = z[rows.index]
     starts = rollout_starts(instance, num_rollouts) if multi_start else None
     return z, starts
 
 
-def advantages(cost: Tensor, config: TrainConfig, progress: float) -> tuple[Tensor, Tensor, float]:
-    """(advantage ``[B, K]``, rollout mask ``[B, K]``, tau) at training ``progress``."""
+def advantages(
+    cost: Tensor, config: TrainConfig, progress: float, world: World = SINGLE
+) -> tuple[Tensor, Tensor, float]:
+    """(advantage ``[B, K]``, rollout mask ``[B, K]``, tau) at training ``progress``.
+
+    Credit and mask are per instance; only the normalisation is batch-wide, and over a
+    data-parallel ``world`` it uses the std of every rank's advantages together.
+    """
     tau = tau_at(progress, config.tau_start, config.tau_end, config.tau_anneal_ratio)
     if config.advantage == "soft_top1":
         advantage = soft_top1_advantage(cost, tau)
     else:
         advantage = group_mean_advantage(cost)
     if config.normalize_advantage:
-        advantage = normalise_advantage(advantage)
+        if world.distributed:
+            advantage = advantage / (global_std(advantage, world) + NORMALISE_EPS)
+        else:
+            advantage = normalise_advantage(advantage)
     use_best_only = config.rollout_mask == "best_only" and progress >= config.best_only_start_ratio
     mask = best_only_mask(cost) if use_best_only else torch.ones_like(cost)
     return advantage, mask, tau
@@ -90,11 +119,24 @@ def train_step(
     *,
     scaler: torch.amp.GradScaler | None = None,
     morph: tuple[LincPolicy, float] | None = None,
+    world: World = SINGLE,
 ) -> StepMetrics:
-    """Sample K rollouts per instance, assign credit, and take one optimiser step."""
+    """Sample K rollouts per instance, assign credit, and take one optimiser step.
+
+    Args:
+        instance: the whole batch of B instances (on every rank when data-parallel).
+        generator: the step's random stream; data-parallel ranks must seed it identically.
+        world: data-parallel workers (``linc_core.train.distributed``). With ``size > 1`` this
+            rank rolls out rows ``[rank B / size, (rank + 1) B / size)`` (B must be divisible by
+            size), gradients are summed over ranks, and the returned metrics are global, equal
+            on every rank.
+    """
     policy.train()
     k = config.num_rollouts
-    z, starts = rollout_conditioning(policy, instance, k, config.multi_start, generator)
+    rows = batch_rows(instance.batch_size, world) if world.distributed else None
+    if rows is not None:
+        instance = instance.select(rows.index)
+    z, starts = rollout_conditioning(policy, instance, k, config.multi_start, generator, rows)
     use_amp = scaler is not None
     autocast = (
         torch.autocast(device_type="cuda", dtype=torch.float16)
@@ -103,31 +145,59 @@ def train_step(
     )
     with autocast:
         result = policy.rollout(
-            instance, k, z=z, starts=starts, decoding="sample", generator=generator, morph=morph
+            instance,
+            k,
+            z=z,
+            starts=starts,
+            decoding="sample",
+            generator=generator,
+            morph=morph,
+            rows=rows,
         )
     cost = result.cost.detach().float()
-    advantage, mask, tau = advantages(cost, config, progress)
-    loss = -(advantage * mask * result.log_likelihood.float()).mean()
+    advantage, mask, tau = advantages(cost, config, progress, world)
+    weighted = advantage * mask * result.log_likelihood.float()
+    # Data-parallel: this rank's share of the whole-batch mean, so that the sum over ranks of
+    # the gradients is the gradient of the mean over all B x K entries.
+    loss = -weighted.mean() if rows is None else -weighted.sum() / (rows.total * k)
     optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
+        # Reduce before unscaling: every rank then sees the same inf/nan and skips together.
+        all_reduce_grads(policy.parameters(), world)
         scaler.unscale_(optimizer)
     else:
         loss.backward()
+        all_reduce_grads(policy.parameters(), world)
     grad_norm = _clip(policy, config.max_grad_norm)
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
     else:
         optimizer.step()
+    best_only = bool(mask.sum() < mask.numel())
+    if rows is None:
+        return StepMetrics(
+            loss=float(loss.detach()),
+            mean_cost=float(cost.mean()),
+            best_cost=float(cost.min(-1).values.mean()),
+            tau=tau,
+            best_only=best_only,
+            grad_norm=grad_norm,
+            steps=result.steps,
+        )
+    best = cost.min(-1).values
+    sums = torch.stack([loss.detach().double(), cost.double().sum(), best.double().sum()])
+    loss_sum, cost_sum, best_sum = all_reduce_(sums, world).tolist()
+    steps = all_reduce_(torch.tensor([result.steps], device=cost.device), world, "max")
     return StepMetrics(
-        loss=float(loss.detach()),
-        mean_cost=float(cost.mean()),
-        best_cost=float(cost.min(-1).values.mean()),
+        loss=loss_sum,
+        mean_cost=cost_sum / (rows.total * k),
+        best_cost=best_sum / rows.total,
         tau=tau,
-        best_only=bool(mask.sum() < mask.numel()),
+        best_only=best_only,
         grad_norm=grad_norm,
-        steps=result.steps,
+        steps=int(steps.item()),
     )
 
 
