@@ -15,6 +15,16 @@ from typing import Any
 from orchestration.config import ConfigError, PlatformConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
+# Free-form mappings (their keys are not known in advance): `key=...` and `key.name=...` merge
+# into them (Hydra's `++`), so `cluster.custom_resources={linc_worker: 1}` works as written.
+FREE_FORM_KEYS = ("cluster.custom_resources", "search.space")
+
+
+def _merge_free_form(override: str) -> str:
+    for key in FREE_FORM_KEYS:
+        if override.startswith((f"{key}=", f"{key}.")):
+            return f"++{override}"
+    return override
 
 
 def compose_mapping(overrides: Sequence[str] = (), config_name: str = "config") -> dict[str, Any]:
@@ -26,7 +36,9 @@ def compose_mapping(overrides: Sequence[str] = (), config_name: str = "config") 
 
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            composed = compose(config_name=config_name, overrides=list(overrides))
+            composed = compose(
+                config_name=config_name, overrides=[_merge_free_form(o) for o in overrides]
+            )
         values = OmegaConf.to_container(composed, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(" ".join(str(err).split())) from None

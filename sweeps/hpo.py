@@ -1,7 +1,10 @@
 """``linc-hpo``: hyper-parameter search with Optuna (TPE) through Tune, ASHA early stopping.
 
     linc-hpo search.num_samples=16 search.max_concurrent=2
-    linc-hpo 'search.space={train.learning_rate: {distribution: loguniform, low: 1e-5, high: 1e-3}}'
+    linc-hpo 'search.space={train.weight_decay: {distribution: loguniform, low: 1e-7, high: 1e-5}}'
+
+``search.space=...`` adds parameters to the chosen search space (``search/learning_rate.yaml``);
+for a different space, add a file to ``sweeps/conf/search`` and pick it with ``search=NAME``.
 
 The best configuration is printed and logged to the search's MLflow parent run
 (``best_config.json`` and ``best.*`` tags).

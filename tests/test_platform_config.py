@@ -100,6 +100,26 @@ def test_search_space_validation_and_conversion() -> None:
         PlatformConfig.from_mapping(with_dotted(config.raw, {"search.space": bad_log}))
 
 
+def test_free_form_mappings_merge_new_keys() -> None:
+    config = load_platform_config(
+        [
+            "preset=smoke",
+            "cluster.custom_resources={linc_worker: 1}",
+            "search.space={train.weight_decay: {distribution: loguniform, low: 1e-7, high: 1e-5}}",
+        ]
+    )
+    assert config.cluster.custom_resources == {"linc_worker": 1}
+    assert config.search is not None
+    assert set(config.search.space) == {
+        "train.learning_rate",
+        "train.tau_start",
+        "train.weight_decay",
+    }
+    from orchestration.trainable import trial_resources
+
+    assert trial_resources(config) == {"cpu": 1, "gpu": 0, "linc_worker": 1}
+
+
 def test_relative_storage_becomes_absolute(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
