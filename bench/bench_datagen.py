@@ -82,7 +82,7 @@ def bench_datagen(quick: bool = False) -> list[dict]:
 
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     shard_size = 256
     shards = 8 if quick else 32  # per run: >= 1 s of work, so dispatch overhead is noise
     try:

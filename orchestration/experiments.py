@@ -42,7 +42,9 @@ def init_ray(config: PlatformConfig) -> None:
         ray.init(address=address)
     else:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        ray.init(num_cpus=config.cluster.num_cpus, include_dashboard=False)
+        # address="local": a new Ray of this process, even when another program's `ray start`
+        # head is up (its address file would otherwise be joined)
+        ray.init(address="local", num_cpus=config.cluster.num_cpus, include_dashboard=False)
 
 
 @dataclass

@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if on_cluster:
         ray.init()
     else:
-        ray.init(num_cpus=config.ray_cpus, include_dashboard=False)
+        ray.init(address="local", num_cpus=config.ray_cpus, include_dashboard=False)
     try:
         manifest = generate_dataset(config)
     finally:
