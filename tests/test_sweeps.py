@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.experiments import run_ablation, run_search, run_training
+from orchestration.tracking import ensure_experiment
 from sweeps.compose import load_platform_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +121,9 @@ def _ablation_command(tmp_path: Path, *extra: str) -> list[str]:
 def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> None:
     env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
+    config = smoke(tmp_path)
+    # the store's schema exists before this process polls it while the driver writes to it
+    ensure_experiment(config.tracking_uri(), config.tracking.experiment)
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(
         _ablation_command(tmp_path),
@@ -129,7 +133,6 @@ def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> No
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    config = smoke(tmp_path)
     deadline = time.monotonic() + 240
     finished: list = []
     try:
