@@ -294,8 +294,10 @@ class _ShardWorkerImpl:
     def __init__(self, uri: str, storage_attempts: int) -> None:
         import torch
 
-        # Generation is numpy; one torch thread keeps actors from oversubscribing the node.
+        # An actor reserves cpus_per_worker CPUs: one torch thread and one Arrow compute thread
+        # (zstd encoding would otherwise fan out over every core) keep it inside that budget.
         torch.set_num_threads(1)
+        pa.set_cpu_count(1)
         self._uri = uri.split("?", 1)[0]
         self._filesystem, self._root = open_filesystem(uri)
         self._local = isinstance(self._filesystem, pafs.LocalFileSystem)
