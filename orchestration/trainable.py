@@ -21,6 +21,7 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
 from ray import tune
 
@@ -80,8 +82,6 @@ class TuneReportCallback(BaseCallback):
 
 def manifest_id(uri: str) -> str:
     """``sha256:...`` of a data set's ``manifest.json`` (which itself lists every shard's hash)."""
-    import hashlib
-
     filesystem, root = open_filesystem(uri)
     with filesystem.open_input_stream(f"{root.rstrip('/')}/manifest.json") as stream:
         return "sha256:" + hashlib.sha256(stream.read()).hexdigest()
@@ -165,8 +165,6 @@ def _start_mlflow(config: PlatformConfig, run_id: str | None, data_id: str):
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.start_run(run_id=run_id)
     _, train = config.linc_configs()
-    import ray
-
     tags = {
         "ray_node": ray.get_runtime_context().get_node_id(),
         "variant": config.model.variant,
