@@ -3,11 +3,12 @@
     python -m bench --only platform
 
 Both sides train the same config (the ``cpu`` preset's model, CVRPTW n=20, checkpoints every
-epoch, validation every epoch, no final evaluation) in the same process tree, one after the
-other: first ``fit`` called directly, then the same trial through ``run_training`` (a Tune
-experiment with per-epoch Tune checkpoints and MLflow logging to a local SQLite store). The
-number of epochs is calibrated so that the direct run takes about 60 seconds. Ray and the MLflow
-store exist before the clock starts (once per sweep, not per trial). Target: <= 5% overhead.
+epoch, validation every epoch, no final evaluation), alternately, three times each: ``fit``
+called directly, then the same trial through ``run_training`` (a Tune experiment with per-epoch
+Tune checkpoints and MLflow logging to a local SQLite store); medians are compared (single pairs
+swung from 1% to 20% on this host). The number of epochs is calibrated so that the direct run
+takes about 60 seconds. Ray and the MLflow store exist before the clock starts (once per sweep,
+not per trial). Target: <= 5% overhead.
 """
 
 from __future__ import annotations
@@ -59,27 +60,37 @@ def _direct_seconds(config, folder: Path, epochs: int | None = None) -> float:
 
 
 def bench_platform(quick: bool = False) -> list[dict]:
+    import statistics
+
     from orchestration.experiments import init_ray, run_training
     from orchestration.tracking import ensure_experiment
 
     target_seconds = 15.0 if quick else TRIAL_SECONDS
+    repeats = 1 if quick else 3
+    direct_runs, tuned_runs = [], []
     with tempfile.TemporaryDirectory(prefix="linc-bench-platform-") as tmp:
         root = Path(tmp)
         probe = _direct_seconds(_config(root / "probe", 1), root / "probe-ckpt", epochs=2) / 2
         epochs = max(2, math.ceil(target_seconds / probe))
         config = _config(root / "runs", epochs)
-        direct = _direct_seconds(config, root / "direct")
         init_ray(config)
         # one-time costs of a sweep, not of a trial: a running Ray and an existing MLflow store
         # (creating a new SQLite store runs its schema migrations, about 3 s here)
         ensure_experiment(config.tracking_uri(), config.tracking.experiment)
-        start = time.perf_counter()
-        run_training(config, name="overhead")
-        tuned = time.perf_counter() - start
-    print(f"platform: {epochs} epochs, fit {direct:.1f}s, Tune + MLflow {tuned:.1f}s", flush=True)
+        for repeat in range(repeats):  # interleaved: a drifting host affects both sides alike
+            direct_runs.append(_direct_seconds(config, root / f"direct{repeat}"))
+            start = time.perf_counter()
+            run_training(config, name=f"overhead{repeat}")
+            tuned_runs.append(time.perf_counter() - start)
+    direct, tuned = statistics.median(direct_runs), statistics.median(tuned_runs)
+    print(
+        f"platform: {epochs} epochs, fit {[round(s, 1) for s in direct_runs]} s, "
+        f"Tune + MLflow {[round(s, 1) for s in tuned_runs]} s",
+        flush=True,
+    )
     return [
         {
-            "name": f"Tune+MLflow trial wall s vs fit direct ({epochs} epochs, cpu preset, n=20)",
+            "name": f"Tune+MLflow trial s vs fit direct ({epochs} epochs, median of {repeats})",
             "ours": direct,
             "peer": tuned,
             "peer_name": "same trial under Ray Tune + MLflow (lower ratio = more overhead)",
