@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweeps.compose import run_cli
+from sweeps.compose import print_mlflow_ui, run_cli
 
 
 def ablation(config) -> int:
@@ -24,8 +24,7 @@ def ablation(config) -> int:
     result = run_ablation(config)
     print(f"\n{result.name}: {len(result.rows)} trials\n")
     print(result.table)
-    print(f"\nMLflow parent run {result.parent_run_id}; browse with:")
-    print(f"  mlflow ui --backend-store-uri {config.tracking_uri()} --host 127.0.0.1")
+    print_mlflow_ui(config, result.parent_run_id)
     return 0
 
 

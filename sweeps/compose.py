@@ -61,6 +61,15 @@ def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
     return PlatformConfig.from_mapping(values)
 
 
+def print_mlflow_ui(config: PlatformConfig, parent_run_id: str | None = None) -> None:
+    """How to browse the runs (the UI binds to loopback, like every server linc starts)."""
+    if parent_run_id:
+        print(f"MLflow parent run {parent_run_id}; browse the runs with:")
+    else:
+        print("Browse the runs with:")
+    print(f"  .venv/bin/mlflow ui --backend-store-uri {config.tracking_uri()} --host 127.0.0.1")
+
+
 def run_cli(entry: str, argv: Sequence[str] | None, action) -> int:
     """Shared ``main`` of the entry points: config errors exit 2 with a one-line message."""
     import sys
@@ -77,4 +86,4 @@ def run_cli(entry: str, argv: Sequence[str] | None, action) -> int:
     return action(config)
 
 
-__all__ = ["CONFIG_DIR", "compose_mapping", "load_platform_config", "run_cli"]
+__all__ = ["CONFIG_DIR", "compose_mapping", "load_platform_config", "print_mlflow_ui", "run_cli"]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sweeps.compose import run_cli
+from sweeps.compose import print_mlflow_ui, run_cli
 
 DEMO_DATA = {"count": 2048, "shard_size": 256, "split": "train", "seed": 20261122}
 
@@ -49,8 +49,7 @@ def demo(config) -> int:
     result = run_ablation(config)
     print(f"\n{result.name}: {len(result.rows)} trials, {time.perf_counter() - started:.0f}s\n")
     print(result.table)
-    print("\nBrowse the runs:")
-    print(f"  .venv/bin/mlflow ui --backend-store-uri {config.tracking_uri()} --host 127.0.0.1")
+    print_mlflow_ui(config, result.parent_run_id)
     return 0
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from sweeps.compose import run_cli
+from sweeps.compose import print_mlflow_ui, run_cli
 
 
 def hpo(config) -> int:
@@ -25,7 +25,7 @@ def hpo(config) -> int:
     print(f"\n{result.name}: {len(result.rows)} trials\n")
     print(result.table)
     print(f"\nbest: {json.dumps(best)}")
-    print(f"MLflow parent run {result.parent_run_id}")
+    print_mlflow_ui(config, result.parent_run_id)
     return 0
 
 

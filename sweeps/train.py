@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweeps.compose import run_cli
+from sweeps.compose import print_mlflow_ui, run_cli
 
 
 def train(config) -> int:
@@ -24,7 +24,7 @@ def train(config) -> int:
         f"validation {row['validation_cost']}, eval {row['eval_cost']}"
     )
     print(f"Tune experiment: {result.experiment_path}")
-    print(f"  mlflow ui --backend-store-uri {config.tracking_uri()} --host 127.0.0.1")
+    print_mlflow_ui(config, result.parent_run_id)
     return 0
 
 
