@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from orchestration.experiments import run_ablation, run_search, run_training
 from orchestration.tracking import ensure_experiment
 from sweeps.compose import load_platform_config
+from sweeps.report import main as report_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,9 @@ def runs_of(config, sweep: str):
     )
 
 
-def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(ray_session, tmp_path) -> None:
+def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
+    ray_session, tmp_path, capsys
+) -> None:
     config = smoke(tmp_path)
     result = run_ablation(config)
     assert {row["variant"] for row in result.rows} == {"baseline", "full_linc"}
@@ -65,6 +68,20 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(ray_session, tmp_p
     # the table's numbers are the trials' logged evaluation costs
     costs = {r.data.tags["variant"]: r.data.metrics["eval_cost"] for r in trials}
     assert f"| {costs['full_linc']:.2f} | +0.00 |" in result.table
+
+    # linc-report rebuilds the same table (but its wall-time column) from MLflow alone
+    uri = config.tracking_uri()
+    args = ["--tracking-uri", uri, "--experiment", "linc-smoke", "--sweep", "ablation-smoke"]
+    assert report_main(["ablation", *args]) == 0
+    printed = capsys.readouterr().out.splitlines()
+
+    def without_time(lines):
+        return [line.rsplit("|", 2)[0] for line in lines if line.startswith("| ")]
+
+    assert without_time(printed) == without_time(result.table.splitlines())
+    assert report_main(["budget", *args]) == 0
+    budget = capsys.readouterr().out
+    assert "| baseline | 1 | 2 |" in budget and "| full_linc | 1 | 2 |" in budget
 
 
 def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path) -> None:
