@@ -175,3 +175,71 @@ def test_warm_start_copies_the_shared_backbone_only() -> None:
         assert torch.equal(target.state_dict()[name], source.state_dict()[name])
     for key, value in target.scorer.state_dict().items():
         assert torch.equal(value, scorer_before[key])
+
+
+@pytest.mark.parametrize(
+    ("preset", "problem", "morph"),
+    [
+        ("full_linc", "cvrptw", False),
+        ("full_linc", "cvrptw", True),
+        ("naive_mlp", "cvrptw", False),
+        ("centered_mlp", "cvrptw", False),
+        ("full_linc", "tsp", False),
+        ("polynet", "cvrp", False),
+        ("pomo", "tsp", False),
+    ],
+)
+def test_replayed_log_likelihood_has_the_gradient_of_the_autograd_rollout(
+    preset: str, problem: str, morph: bool
+) -> None:
+    """``weighted_log_likelihood`` (sample without autograd, recompute the decisions that carry
+    weight) equals weighting the log-likelihood of a rollout run under autograd, in value and in
+    every parameter's gradient, for a best-only weight (one rollout per instance) and a dense
+    one."""
+    model, config = tiny_configs(preset, problem)
+    torch.manual_seed(0)
+    policy = LincPolicy(model).double()
+    reference = None
+    if morph:
+        reference = LincPolicy(tiny_configs("polynet", problem)[0]).double()
+    instance = generate(problem, 3, 10, seed=5).to(dtype=torch.float64)
+    k = 6
+    z = sample_z(3, k, 16, torch.Generator().manual_seed(1)).double() if model.z_dim else None
+    starts = None
+    if config.multi_start:
+        offset = 1 if instance.has_depot else 0
+        starts = torch.arange(offset, offset + k).expand(3, k)
+    morph_arg = (reference, 0.3) if morph else None
+
+    def rollout(**kwargs):
+        return policy.rollout(
+            instance,
+            k,
+            z=z,
+            starts=starts,
+            generator=torch.Generator().manual_seed(2),
+            morph=morph_arg,
+            **kwargs,
+        )
+
+    direct = rollout()
+    dense = torch.randn(3, k, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    best_only = torch.zeros_like(dense).scatter_(1, direct.cost.argmin(1, keepdim=True), 2.5)
+    for weight in (best_only, dense):
+        policy.zero_grad()
+        expected = (weight * direct.log_likelihood).sum()
+        expected.backward(retain_graph=True)
+        expected_grads = [p.grad.clone() for p in policy.parameters()]
+        policy.zero_grad()
+        encoded = policy.encode(instance)
+        with torch.no_grad():
+            sampled = rollout(encoded=encoded, keep_trajectory=True)
+        assert torch.equal(sampled.actions, direct.actions)
+        replayed = policy.weighted_log_likelihood(sampled.trajectory, encoded[0], weight)
+        torch.testing.assert_close(replayed, expected.detach(), rtol=1e-12, atol=1e-12)
+        replayed.backward()
+        scale = max(float(g.abs().max()) for g in expected_grads)
+        assert scale > 0
+        for expected_grad, p in zip(expected_grads, policy.parameters(), strict=True):
+            got = p.grad if p.grad is not None else torch.zeros_like(p)
+            assert float((got - expected_grad).abs().max()) <= 1e-12 * scale

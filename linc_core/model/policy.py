@@ -41,6 +41,47 @@ class RolloutResult:
     log_likelihood: Tensor
     cost: Tensor
     steps: int
+    trajectory: Trajectory | None = None
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the decoder and the scorer read from a decision state.
+
+    Attributes:
+        current: ``[B, K]`` node the vehicle stands on.
+        scalars: ``[B, K, S]`` load / time context inputs (S = 2, 1, 0 for CVRPTW, CVRP, TSP).
+        mask: ``[B, K, N]`` bool feasibility.
+        first: ``[B, K]`` start city (TSP) or None.
+        table: ``[B, K, N, F]`` consequence table (None when the scorer reads none).
+    """
+
+    current: Tensor
+    scalars: Tensor
+    mask: Tensor
+    first: Tensor | None
+    table: Tensor | None
+
+
+@dataclass
+class Trajectory:
+    """A rollout's decision steps, kept so that log-probabilities can be recomputed later.
+
+    Attributes:
+        inputs: per step t, the step's ``StepInputs``.
+        actions: per step t, ``[B, K]`` the sampled action.
+        reference_scores: per step t, ``[B, K, N]`` the morphing reference's scores (or None).
+        z: ``[B, K, z_dim]`` or None.
+        has_depot: node 0 is a depot.
+        morph_lambda: the morphing weight used while sampling (None without morphing).
+    """
+
+    inputs: list[StepInputs]
+    actions: list[Tensor]
+    reference_scores: list[Tensor] | None
+    z: Tensor | None
+    has_depot: bool
+    morph_lambda: float | None
 
 
 def sample_z(
@@ -134,10 +175,10 @@ class LincPolicy(nn.Module):
         embeddings = self.encoder(inputs)
         return self.decoder.precompute(embeddings), inputs.time_scale
 
-    def step_scores(
-        self, env: object, state: object, cache: DecoderCache, time_scale: Tensor, z: Tensor | None
-    ) -> Tensor:
-        """Raw scores u ``[B, K, N]`` at ``state`` (before clipping and masking)."""
+    def step_inputs(
+        self, env: object, state: object, time_scale: Tensor, dtype: torch.dtype
+    ) -> StepInputs:
+        """The decoder and scorer inputs at ``state`` (the one place they are read from it)."""
         problem = self.config.problem
         first = None
         if problem == "cvrptw":
@@ -147,10 +188,22 @@ class LincPolicy(nn.Module):
         else:
             scalars = state.length.new_zeros(*state.current.shape, 0)
             first = state.first
-        dtype = cache.embeddings.dtype
-        context = self.decoder(cache, state.current, scalars.to(dtype), state.mask, z, first)
         table = env.consequences(state) if self.config.uses_candidate_features else None
-        return self.scorer(context, cache.embeddings, table, state.mask, env.instance.has_depot)
+        return StepInputs(state.current, scalars.to(dtype), state.mask, first, table)
+
+    def scores(
+        self, inputs: StepInputs, cache: DecoderCache, z: Tensor | None, has_depot: bool
+    ) -> Tensor:
+        """Raw scores u ``[B, K, N]`` (before clipping and masking)."""
+        context = self.decoder(cache, inputs.current, inputs.scalars, inputs.mask, z, inputs.first)
+        return self.scorer(context, cache.embeddings, inputs.table, inputs.mask, has_depot)
+
+    def step_scores(
+        self, env: object, state: object, cache: DecoderCache, time_scale: Tensor, z: Tensor | None
+    ) -> Tensor:
+        """Raw scores u ``[B, K, N]`` at ``state`` (before clipping and masking)."""
+        inputs = self.step_inputs(env, state, time_scale, cache.embeddings.dtype)
+        return self.scores(inputs, cache, z, env.instance.has_depot)
 
     def log_probs(self, scores: Tensor, mask: Tensor) -> Tensor:
         """``C * tanh(u / sqrt(d))``, masked, log-softmax over nodes: ``[B, K, N]``."""
@@ -170,6 +223,8 @@ class LincPolicy(nn.Module):
         env_kwargs: dict | None = None,
         morph: tuple[LincPolicy, float] | None = None,
         rows: BatchRows | None = None,
+        encoded: tuple[DecoderCache, Tensor] | None = None,
+        keep_trajectory: bool = False,
     ) -> RolloutResult:
         """Decode B instances x K rollouts to completion.
 
@@ -187,13 +242,16 @@ class LincPolicy(nn.Module):
             rows: ``instance`` is these rows of a larger batch (data-parallel training): the
                 sampling noise is drawn for the whole batch and sliced, so each instance's
                 rollouts are those it would get in the whole batch.
+            encoded: ``encode(instance)`` when the caller already has it.
+            keep_trajectory: return the decision steps (``RolloutResult.trajectory``) for
+                ``weighted_log_likelihood``.
         """
         if instance.problem != self.config.problem:
             raise ValueError(f"model is for {self.config.problem}, got a {instance.problem} batch")
         if rows is not None and rows.size != instance.batch_size:
             raise ValueError(f"rows {rows} do not match a batch of {instance.batch_size}")
         env = make_env(instance, num_rollouts, **(env_kwargs or {}))
-        cache, time_scale = self.encode(instance)
+        cache, time_scale = self.encode(instance) if encoded is None else encoded
         if morph is not None:
             reference, morph_lambda = morph
             with torch.no_grad():
@@ -202,8 +260,19 @@ class LincPolicy(nn.Module):
         b, k = state.current.shape
         if instance.problem == "tsp" and starts is None:
             starts = torch.zeros(b, k, dtype=torch.long, device=instance.device)
+        trajectory = None
+        if keep_trajectory:
+            trajectory = Trajectory(
+                inputs=[],
+                actions=[],
+                reference_scores=[] if morph is not None else None,
+                z=z,
+                has_depot=instance.has_depot,
+                morph_lambda=morph_lambda if morph is not None else None,
+            )
         actions: list[Tensor] = []
-        log_likelihood = torch.zeros(b, k, dtype=cache.embeddings.dtype, device=instance.device)
+        dtype = cache.embeddings.dtype
+        log_likelihood = torch.zeros(b, k, dtype=dtype, device=instance.device)
         if starts is not None:
             # A forced move has probability 1 and adds nothing to the log-likelihood.
             actions.append(starts)
@@ -211,7 +280,8 @@ class LincPolicy(nn.Module):
         for _ in range(env.max_steps):
             if bool(state.finished.all()):
                 break
-            scores = self.step_scores(env, state, cache, time_scale, z)
+            inputs = self.step_inputs(env, state, time_scale, dtype)
+            scores = self.scores(inputs, cache, z, instance.has_depot)
             if morph is not None:
                 with torch.no_grad():
                     base = reference.step_scores(env, state, reference_cache, reference_scale, z)
@@ -224,6 +294,11 @@ class LincPolicy(nn.Module):
             # Finished rollouts have one feasible action (log-prob 0): no masking needed.
             log_likelihood = log_likelihood + log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
             actions.append(action)
+            if trajectory is not None:
+                trajectory.inputs.append(inputs)
+                trajectory.actions.append(action)
+                if trajectory.reference_scores is not None:
+                    trajectory.reference_scores.append(base)
             state = env.step(state, action)
         if not bool(state.finished.all()):
             raise RuntimeError("rollout did not finish within the environment's step bound")
@@ -232,4 +307,88 @@ class LincPolicy(nn.Module):
             log_likelihood=log_likelihood,
             cost=state.cost,
             steps=len(actions),
+            trajectory=trajectory,
         )
+
+    def weighted_log_likelihood(
+        self, trajectory: Trajectory, cache: DecoderCache, weight: Tensor
+    ) -> Tensor:
+        """``sum_{b,k} weight_bk * log p(rollout_bk)``, recomputed (with gradients) from a
+        trajectory sampled without them.
+
+        Equal in value and gradient to weighting ``rollout(...).log_likelihood`` under autograd,
+        but only the decisions that can move the gradient are recomputed, in one batched pass:
+        rollouts with a non-zero weight (the best-only mask leaves one per instance), and steps
+        with at least two feasible actions (a forced step has log-probability exactly 0 and zero
+        gradient). The recomputed decisions of instance b are packed as pseudo-rollouts
+        ``[B, M, ...]`` that share its encoder cache, M the largest count over instances;
+        padding entries repeat valid decisions with weight 0.
+
+        Args:
+            trajectory: from ``rollout(..., keep_trajectory=True)`` with this policy's weights.
+            cache: the decoder cache the trajectory was sampled with (built with gradients).
+            weight: ``[B, K]``.
+
+        Returns:
+            a scalar.
+        """
+        steps = len(trajectory.actions)
+        b, k = weight.shape
+        device = weight.device
+        active = weight != 0  # [B, K]
+        r = max(int(active.sum(-1).max()), 1)
+        if r == k:
+            rollout_index = None
+            row_weight = weight
+        else:  # active rollouts first; padding rows (weight 0) after them
+            rollout_index = torch.argsort((~active).to(torch.uint8), dim=1, stable=True)[:, :r]
+            row_weight = weight.gather(1, rollout_index)
+            rollout_rows = (
+                rollout_index + torch.arange(b, device=device).unsqueeze(1) * k
+            ).flatten()
+
+        def per_decision(values: list[Tensor]) -> Tensor:
+            """``[B, K, ...]`` per step -> ``[B, R * T, ...]`` over the kept rollouts."""
+            if rollout_index is not None:
+                values = [
+                    v.flatten(0, 1).index_select(0, rollout_rows).view(b, r, *v.shape[2:])
+                    for v in values
+                ]
+            return torch.stack(values, dim=2).flatten(1, 2)
+
+        masks = per_decision([step.mask for step in trajectory.inputs])  # [B, R*T, N]
+        decision_weight = row_weight.repeat_interleave(steps, dim=1)
+        decision_weight = decision_weight * (masks.sum(-1) > 1).to(weight.dtype)
+        contributing = decision_weight != 0
+        m = max(int(contributing.sum(-1).max()), 1)
+        order = torch.argsort((~contributing).to(torch.uint8), dim=1, stable=True)[:, :m]
+        flat_order = (order + torch.arange(b, device=device).unsqueeze(1) * r * steps).flatten()
+
+        def packed(values: list[Tensor] | Tensor) -> Tensor:
+            """Per-step ``[B, K, ...]`` (or ``[B, R*T, ...]``) -> ``[B, M, ...]``."""
+            flat = values if isinstance(values, Tensor) else per_decision(values)
+            return flat.flatten(0, 1).index_select(0, flat_order).view(b, m, *flat.shape[2:])
+
+        inputs = trajectory.inputs
+        table = None
+        if inputs[0].table is not None:
+            # Tables are feature-major underneath ([B, K, F, N]); pack them that way.
+            table = packed([step.table.transpose(-1, -2) for step in inputs]).transpose(-1, -2)
+        decisions = StepInputs(
+            current=packed([step.current for step in inputs]),
+            scalars=packed([step.scalars for step in inputs]),
+            mask=packed(masks),
+            first=None if inputs[0].first is None else packed([step.first for step in inputs]),
+            table=table,
+        )
+        z = None
+        if trajectory.z is not None:
+            z = packed([trajectory.z] * steps)
+        scores = self.scores(decisions, cache, z, trajectory.has_depot)
+        if trajectory.reference_scores is not None:
+            base = packed(trajectory.reference_scores)
+            scores = base + trajectory.morph_lambda * (scores - base)
+        log_probs = self.log_probs(scores, decisions.mask)
+        action = packed(trajectory.actions)
+        chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)  # [B, M]
+        return (packed(decision_weight) * chosen).sum()

@@ -86,6 +86,11 @@ def rollout_conditioning(
     return z, starts
 
 
+def uses_best_only(config: TrainConfig, progress: float) -> bool:
+    """Whether the best-only rollout mask applies at training ``progress``."""
+    return config.rollout_mask == "best_only" and progress >= config.best_only_start_ratio
+
+
 def advantages(
     cost: Tensor, config: TrainConfig, progress: float, world: World = SINGLE
 ) -> tuple[Tensor, Tensor, float]:
@@ -104,8 +109,7 @@ def advantages(
             advantage = advantage / (global_std(advantage, world) + NORMALISE_EPS)
         else:
             advantage = normalise_advantage(advantage)
-    use_best_only = config.rollout_mask == "best_only" and progress >= config.best_only_start_ratio
-    mask = best_only_mask(cost) if use_best_only else torch.ones_like(cost)
+    mask = best_only_mask(cost) if uses_best_only(config, progress) else torch.ones_like(cost)
     return advantage, mask, tau
 
 
@@ -143,23 +147,40 @@ def train_step(
         if use_amp
         else contextlib.nullcontext()
     )
+    # Two ways to the same loss and gradient. With every rollout weighted (dense mask), one
+    # rollout under autograd. Once the best-only mask keeps one rollout per instance, sampling
+    # without autograd and recomputing only the kept decisions with it
+    # (``weighted_log_likelihood``) skips the backward work of the other K - 1.
+    replay = uses_best_only(config, progress)
     with autocast:
-        result = policy.rollout(
-            instance,
-            k,
-            z=z,
-            starts=starts,
-            decoding="sample",
-            generator=generator,
-            morph=morph,
-            rows=rows,
-        )
+        encoded = policy.encode(instance)
+        with torch.no_grad() if replay else contextlib.nullcontext():
+            result = policy.rollout(
+                instance,
+                k,
+                z=z,
+                starts=starts,
+                decoding="sample",
+                generator=generator,
+                morph=morph,
+                rows=rows,
+                encoded=encoded,
+                keep_trajectory=replay,
+            )
     cost = result.cost.detach().float()
     advantage, mask, tau = advantages(cost, config, progress, world)
-    weighted = advantage * mask * result.log_likelihood.float()
+    if replay:
+        with autocast:
+            weighted_sum = policy.weighted_log_likelihood(
+                result.trajectory, encoded[0], advantage * mask
+            )
+    else:
+        weighted_sum = (advantage * mask * result.log_likelihood.float()).sum()
+    steps = result.steps
+    del result  # the trajectory's step tensors
     # Data-parallel: this rank's share of the whole-batch mean, so that the sum over ranks of
     # the gradients is the gradient of the mean over all B x K entries.
-    loss = -weighted.mean() if rows is None else -weighted.sum() / (rows.total * k)
+    loss = -weighted_sum.float() / (cost.numel() if rows is None else rows.total * k)
     optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
@@ -184,12 +205,12 @@ def train_step(
             tau=tau,
             best_only=best_only,
             grad_norm=grad_norm,
-            steps=result.steps,
+            steps=steps,
         )
     best = cost.min(-1).values
     sums = torch.stack([loss.detach().double(), cost.double().sum(), best.double().sum()])
     loss_sum, cost_sum, best_sum = all_reduce_(sums, world).tolist()
-    steps = all_reduce_(torch.tensor([result.steps], device=cost.device), world, "max")
+    steps = all_reduce_(torch.tensor([steps], device=cost.device), world, "max")
     return StepMetrics(
         loss=loss_sum,
         mean_cost=cost_sum / (rows.total * k),
