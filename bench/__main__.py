@@ -82,7 +82,10 @@ def main() -> None:
     print(f"\n{'benchmark':<80} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
     for r in results:
         peer = f"{r['peer']:10.1f}" if "peer" in r else f"{'-':>10}"
-        target = f"{r['target']:.2f}x" if "peer" in r else f"{r['target']:,.0f}"
+        if r["target"] is None:
+            target = "-"
+        else:
+            target = f"{r['target']:.2f}x" if "peer" in r else f"{r['target']:,.0f}"
         print(f"{r['name']:<80} {r['ours']:10.1f} {peer} {r['ratio']:7.2f} {target:>7}")
         if "peer_name" in r:
             print(f"{'':<4}peer: {r['peer_name']}")

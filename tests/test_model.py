@@ -329,7 +329,9 @@ def customer_distribution(
         patch.setattr(
             policy.scorer,
             "step_summary",
-            lambda _table, *args: original_summary(table, *args),
+            lambda _table, feasible, n, ratio=None, _means=None: original_summary(
+                table, feasible, n, ratio
+            ),
         )
         with torch.no_grad():
             cache, time_scale = policy.encode(instance)

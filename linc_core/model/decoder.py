@@ -26,12 +26,14 @@ class DecoderCache:
     Attributes:
         embeddings: ``[B, N, D]`` encoder output (the single-head logit keys).
         keys, values: ``[B, H, N, D/H]`` glimpse keys and values.
+        node_query: ``[B, N, D]`` the embedding part of the step query, ``E W_q[:, :D]^T``.
         first_query: ``[B, N, D]`` TSP's first-node query projection (None otherwise).
     """
 
     embeddings: Tensor
     keys: Tensor
     values: Tensor
+    node_query: Tensor
     first_query: Tensor | None
 
 
@@ -59,8 +61,15 @@ class Decoder(nn.Module):
             return t.view(b, n, h, d // h).transpose(1, 2)
 
         first = self.Wq_first(embeddings) if self.Wq_first is not None else None
+        # W_q [E_current; scalars] = (E W_q[:, :D]^T)[current] + scalars W_q[:, D:]^T: the
+        # embedding part is projected once per node here instead of once per rollout and step.
+        node_query = nn.functional.linear(embeddings, self.Wq_last.weight[:, :d])
         return DecoderCache(
-            embeddings, heads(self.Wk(embeddings)), heads(self.Wv(embeddings)), first
+            embeddings,
+            heads(self.Wk(embeddings)),
+            heads(self.Wv(embeddings)),
+            node_query,
+            first,
         )
 
     def forward(
@@ -87,8 +96,11 @@ class Decoder(nn.Module):
         b, k = current.shape
         d = cache.embeddings.shape[-1]
         h = self.num_heads
-        current_embedding = gather_rows(cache.embeddings, current)  # [B, K, D]
-        query = self.Wq_last(torch.cat([current_embedding, scalars], dim=-1))
+        query = gather_rows(cache.node_query, current)  # [B, K, D]
+        if scalars.shape[-1] > 0:
+            scalar_weight = self.Wq_last.weight[:, d:]  # [D, S]
+            query = torch.addmm(query.view(b * k, d), scalars.reshape(b * k, -1), scalar_weight.t())
+            query = query.view(b, k, d)
         if cache.first_query is not None:
             query = query + gather_rows(cache.first_query, first)
         query = query.view(b, k, h, d // h).transpose(1, 2)  # [B, H, K, D/H]
