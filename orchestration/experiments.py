@@ -116,7 +116,10 @@ def run_experiment(
             trainable,
             param_space=param_space,
             tune_config=tune_config
-            or tune.TuneConfig(max_concurrent_trials=config.cluster.max_concurrent_trials or None),
+            or tune.TuneConfig(
+                max_concurrent_trials=config.cluster.max_concurrent_trials or None,
+                reuse_actors=config.cluster.reuse_actors,
+            ),
             run_config=tune.RunConfig(
                 name=name,
                 storage_path=storage_path,
@@ -229,7 +232,10 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         reduction_factor=spec.reduction_factor,
     )
     tune_config = tune.TuneConfig(
-        search_alg=searcher, scheduler=scheduler, num_samples=spec.num_samples
+        search_alg=searcher,
+        scheduler=scheduler,
+        num_samples=spec.num_samples,
+        reuse_actors=config.cluster.reuse_actors,
     )
     param_space = config.with_values(**search_space(spec))
     results, parent, path = run_experiment(
