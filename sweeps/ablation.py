@@ -1,6 +1,6 @@
 """``linc-ablation``: the twelve ablation variants x seeds as one Tune experiment, then the table.
 
-    linc-ablation preset=cpu                      # a laptop, about 13 minutes on 2 cores
+    linc-ablation preset=cpu                      # a laptop, about 7 minutes on 2 cores
     linc-ablation preset=cpu-repro                # the paper's protocol at 50 epochs
     linc-ablation preset=paper                    # on a GPU cluster (ray job submit)
     linc-ablation preset=smoke ablation.seeds=[1,2]
