@@ -85,7 +85,14 @@ def main() -> None:
         if r["target"] is None:
             target = "-"
         else:
-            target = f"{r['target']:.2f}x" if "peer" in r else f"{r['target']:,.0f}"
+            value = r["target"]
+            target = (
+                f"{value:.2f}x"
+                if "peer" in r
+                else f"{value:,.0f}"
+                if value >= 100
+                else f"{value:.2f}"
+            )
         print(f"{r['name']:<80} {r['ours']:10.1f} {peer} {r['ratio']:7.2f} {target:>7}")
         if "peer_name" in r:
             print(f"{'':<4}peer: {r['peer_name']}")
