@@ -243,3 +243,19 @@ def test_replayed_log_likelihood_has_the_gradient_of_the_autograd_rollout(
         for expected_grad, p in zip(expected_grads, policy.parameters(), strict=True):
             got = p.grad if p.grad is not None else torch.zeros_like(p)
             assert float((got - expected_grad).abs().max()) <= 1e-12 * scale
+
+
+def test_replay_with_no_weight_gives_a_zero_gradient() -> None:
+    model, _ = tiny_configs("full_linc")
+    torch.manual_seed(0)
+    policy = LincPolicy(model)
+    instance = generate("cvrptw", 2, 6, seed=1)
+    z = sample_z(2, 4, 16, torch.Generator().manual_seed(0))
+    encoded = policy.encode(instance)
+    with torch.no_grad():
+        sampled = policy.rollout(instance, 4, z=z, encoded=encoded, keep_trajectory=True)
+    total = policy.weighted_log_likelihood(sampled.trajectory, encoded[0], torch.zeros(2, 4))
+    total.backward()
+    assert float(total.detach()) == 0.0
+    grads = [p.grad for p in policy.parameters() if p.grad is not None]
+    assert grads and all(bool((g == 0).all()) for g in grads)

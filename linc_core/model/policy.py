@@ -342,6 +342,10 @@ class LincPolicy(nn.Module):
         b, k = weight.shape
         device = weight.device
         active = weight != 0  # [B, K]
+        if steps == 0 or not bool(active.any()):
+            # Nothing carries weight: a zero that still reaches the parameters, so that
+            # backward() and the optimiser step behave as for any other batch.
+            return (cache.embeddings.sum() * 0.0).to(weight.dtype)
         r = max(int(active.sum(-1).max()), 1)
         if r == k:
             rollout_index = None
