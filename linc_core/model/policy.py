@@ -327,8 +327,8 @@ class LincPolicy(nn.Module):
         rollouts with a non-zero weight (the best-only mask leaves one per instance), and steps
         with at least two feasible actions (a forced step has log-probability exactly 0 and zero
         gradient). The recomputed decisions of instance b are packed as pseudo-rollouts
-        ``[B, M, ...]`` that share its encoder cache, M the largest count over instances;
-        padding entries repeat valid decisions with weight 0.
+        ``[B, M, ...]`` that share its encoder cache, M the largest count over instances; an
+        instance with fewer is padded with other recorded decisions, weighted 0.
 
         Args:
             trajectory: from ``rollout(..., keep_trajectory=True)`` with this policy's weights.
