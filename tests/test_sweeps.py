@@ -130,6 +130,10 @@ def _ablation_command(tmp_path: Path, *extra: str) -> list[str]:
         "preset=smoke",
         f"cluster.storage={tmp_path / 'runs'}",
         "cluster.max_concurrent_trials=1",
+        # A fresh process per trial: its start (seconds of imports) is the window in which the
+        # test sees exactly one finished trial and kills the driver. A reused process would run
+        # the second smoke trial in under a second.
+        "cluster.reuse_actors=false",
         "train.epochs=4",
         *extra,
     ]
