@@ -167,6 +167,7 @@ def _start_mlflow(config: PlatformConfig, run_id: str | None, data_id: str):
     _, train = config.linc_configs()
     tags = {
         "ray_node": ray.get_runtime_context().get_node_id(),
+        "worker_pid": str(os.getpid()),  # equal across trials that reused one process
         "variant": config.model.variant,
         "seed": str(train.seed),
         "problem": config.task.problem,

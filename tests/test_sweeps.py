@@ -37,7 +37,8 @@ def runs_of(config, sweep: str):
 def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     ray_session, tmp_path, capsys
 ) -> None:
-    config = smoke(tmp_path)
+    # one trial at a time, so the second runs in the first one's process (cluster.reuse_actors)
+    config = smoke(tmp_path, "cluster.max_concurrent_trials=1")
     result = run_ablation(config)
     assert {row["variant"] for row in result.rows} == {"baseline", "full_linc"}
     assert all(row["error"] is None and row["eval_cost"] > 0 for row in result.rows)
@@ -48,6 +49,7 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     trials = [r for r in runs if r.data.tags.get("kind") != "sweep"]
     parents = [r for r in runs if r.data.tags.get("kind") == "sweep"]
     assert len(trials) == 2 and len(parents) == 1
+    assert len({r.data.tags["worker_pid"] for r in trials}) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     for run in trials:
