@@ -40,7 +40,7 @@ from torch import Tensor
 from linc_core.decode.sampling import start_state
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy, sample_z
-from linc_core.model.scorer import feasible_customers, feasible_weight, feature_major
+from linc_core.model.scorer import feasible_customers, feasible_stats, feature_major
 from linc_core.problems import make_env
 from linc_core.seeding import torch_generator
 
@@ -168,18 +168,19 @@ class ScorerProbe:
         fm = feature_major(table.to(dtype))  # [B, K, F, N]
         feasible = feasible_customers(mask, has_depot)
         num_customers = mask.shape[-1] - int(has_depot)
-        weight, count, ratio = feasible_weight(feasible, dtype, num_customers)
+        stats = feasible_stats(fm, feasible, num_customers)
+        weight, count, ratio = feasible.to(dtype), stats.count, stats.ratio
         choice = mask.sum(-1) > 1  # [B, K] decisions that are not forced
         if not bool(choice.any()):
             return
         comparator, offset, alpha = scorer._comparator(
-            context, table, feasible, num_customers, ratio, mask.sum(-1)
+            context, table, feasible, num_customers, mask.sum(-1), stats
         )
         base = torch.matmul(context, embeddings.transpose(1, 2))  # [B, K, N]
         base = base if alpha is None else alpha * base
         phi = fm.index_select(-2, scorer.feature_index)  # [B, K, P, N]
         relative = scorer.centred_columns.to(dtype).view(1, 1, -1, 1)
-        means = (phi * weight.unsqueeze(-2)).sum(-1) / count.clamp_min(1.0)  # [B, K, P]
+        means = stats.means.index_select(-1, scorer.feature_index)  # [B, K, P]
 
         def probabilities(delta: float, centred: bool) -> Tensor:
             shifted = phi + delta * relative

@@ -329,9 +329,7 @@ def customer_distribution(
         patch.setattr(
             policy.scorer,
             "step_summary",
-            lambda _table, feasible, n, ratio=None, _means=None: original_summary(
-                table, feasible, n, ratio
-            ),
+            lambda _table, feasible, n, _stats=None: original_summary(table, feasible, n),
         )
         with torch.no_grad():
             cache, time_scale = policy.encode(instance)

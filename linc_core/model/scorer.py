@@ -19,6 +19,8 @@ Every scorer returns raw scores u; the policy applies ``C * tanh(u / sqrt(d))`` 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
 
@@ -49,6 +51,26 @@ def masked_means(fm: Tensor, weight: Tensor, count: Tensor) -> Tensor:
     """``[B, K, F]`` means of feature-major rows ``[B, K, F, N]`` over F (0 when F is empty)."""
     # Multiply-and-sum: a batched matmul over B x K tiny [F, N] x [N, 1] products is slower.
     return (fm * weight.unsqueeze(-2)).sum(-1) / count.clamp_min(1.0)
+
+
+class FeasibleStats(NamedTuple):
+    """What a step's scorer needs about the feasible set F, computed once per step.
+
+    Attributes:
+        count: ``[B, K, 1]`` |F|.
+        ratio: ``[B, K]`` ``max(|F|, 1) / n``.
+        means: ``[B, K, F]`` every table feature's mean over F (0 when F is empty).
+    """
+
+    count: Tensor
+    ratio: Tensor
+    means: Tensor
+
+
+def feasible_stats(fm: Tensor, feasible: Tensor, num_customers: int) -> FeasibleStats:
+    """``FeasibleStats`` of a feature-major table ``[B, K, F, N]`` and F ``[B, K, N]``."""
+    weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
+    return FeasibleStats(count, ratio, masked_means(fm, weight, count))
 
 
 def masked_minima(rows: Tensor, feasible: Tensor, count: Tensor) -> Tensor:
@@ -161,12 +183,11 @@ class CandidateScorer(nn.Module):
         fm = feature_major(table.to(context.dtype))  # [B, K, F, N]
         feasible = feasible_customers(mask, has_depot)
         num_customers = mask.shape[-1] - int(has_depot)
-        weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
-        means = masked_means(fm, weight, count)  # [B, K, F]
+        stats = feasible_stats(fm, feasible, num_customers)
         phi = fm if self.selects_all else fm.index_select(-2, self.feature_index)  # [B, K, P, N]
-        shift = means.index_select(-1, self.feature_index) * self.centred_columns.to(fm.dtype)
+        shift = stats.means.index_select(-1, self.feature_index) * self.centred_columns.to(fm.dtype)
         comparator, offset, alpha = self._comparator(
-            context, table, feasible, num_customers, ratio, mask.sum(-1), means
+            context, table, feasible, num_customers, mask.sum(-1), stats
         )
         local = (phi * comparator.unsqueeze(-1)).sum(-2)  # [B, K, N]
         # Centring moves every candidate by the same amount: one offset per rollout.
@@ -179,9 +200,8 @@ class CandidateScorer(nn.Module):
         table: Tensor,
         feasible: Tensor,
         num_customers: int,
-        ratio: Tensor,
         feasible_count: Tensor,
-        means: Tensor | None = None,
+        stats: FeasibleStats | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """The shared comparator ``v = W_phi^T h~`` ``[B, K, P]``, ``<h~, b_phi>`` ``[B, K, 1]``
         and alpha ``[B, K, 1]`` (None without a summary).
@@ -193,7 +213,8 @@ class CandidateScorer(nn.Module):
         directly (tanh is several times slower than sigmoid on CPU).
 
         Args:
-            means: ``[B, K, F]`` feature means over F, when the caller has them.
+            feasible_count: ``[B, K]`` feasible actions per rollout (depot included).
+            stats: the step's ``FeasibleStats``, when the caller has them.
         """
         projection = self.full_phi_proj.weight  # [D, P]
         if self.full_phi_proj.bias is not None:
@@ -202,7 +223,7 @@ class CandidateScorer(nn.Module):
             extended = torch.matmul(context, projection)
             alpha = None
         else:
-            summary = self.step_summary(table, feasible, num_customers, ratio, means)
+            summary = self.step_summary(table, feasible, num_customers, stats)
             inputs = torch.cat([context, summary], dim=-1)  # [B, K, D + S]
             rows = choice_rows(feasible_count)
             if rows is not None:  # modulate only rollouts that have a choice to make
@@ -226,14 +247,14 @@ class CandidateScorer(nn.Module):
             return extended, extended.new_zeros(extended.shape[:-1] + (1,)), alpha
         return extended[..., :p], extended[..., p:], alpha
 
-    def _summary(
-        self, fm: Tensor, feasible: Tensor, count: Tensor, ratio: Tensor, means: Tensor
-    ) -> Tensor:
-        stats = [
-            means[..., c] if stat == "mean" else masked_minima(fm[:, :, c], feasible, count)
+    def _summary(self, fm: Tensor, feasible: Tensor, stats: FeasibleStats) -> Tensor:
+        columns = [
+            stats.means[..., c]
+            if stat == "mean"
+            else masked_minima(fm[:, :, c], feasible, stats.count)
             for stat, c in self.summary_columns
         ]
-        return torch.stack([ratio, *stats], dim=-1)
+        return torch.stack([stats.ratio, *columns], dim=-1)
 
     def centred_features(
         self, table: Tensor, mask: Tensor, has_depot: bool
@@ -266,16 +287,14 @@ class CandidateScorer(nn.Module):
         table: Tensor,
         feasible: Tensor,
         num_customers: int,
-        ratio: Tensor | None = None,
-        means: Tensor | None = None,
+        stats: FeasibleStats | None = None,
     ) -> Tensor:
         """``[B, K, 1 + S]`` r_t: the feasible ratio, then each (statistic, feature) over F.
 
         Args:
-            means: ``[B, K, F]`` the table's feature means over F, when the caller has them.
+            stats: the table's ``FeasibleStats``, when the caller has them.
         """
         fm = feature_major(table)
-        _, count, ratio_ = feasible_weight(feasible, fm.dtype, num_customers)
-        if means is None:
-            means = masked_means(fm, feasible.to(fm.dtype), count)
-        return self._summary(fm, feasible, count, ratio_ if ratio is None else ratio, means)
+        if stats is None:
+            stats = feasible_stats(fm, feasible, num_customers)
+        return self._summary(fm, feasible, stats)
