@@ -45,9 +45,7 @@ def _config(storage: Path, epochs: int):
 def _direct_seconds(config, folder: Path, epochs: int | None = None) -> float:
     import torch
 
-    from linc_core.model import LincPolicy
-    from linc_core.seeding import derive_seed
-    from linc_core.train.loop import fit
+    from linc_core.train.loop import fit, initial_policy
     from orchestration.trainable import training_data, validation_set
 
     model_config, train_config = config.linc_configs()
@@ -59,8 +57,7 @@ def _direct_seconds(config, folder: Path, epochs: int | None = None) -> float:
     start = time.perf_counter()
     data, data_id = training_data(config)
     validation = validation_set(config)
-    torch.manual_seed(derive_seed(train_config.seed, "init"))
-    policy = LincPolicy(model_config)
+    policy = initial_policy(model_config, train_config)
     fit(policy, train_config, data, validation=validation, checkpoint_dir=folder, data_id=data_id)
     return time.perf_counter() - start
 

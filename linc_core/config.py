@@ -204,6 +204,10 @@ class TrainConfig:
         amp: mixed precision; honoured only on CUDA.
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         seed: every random stream of a run derives from it.
+        init: initial weights: ``linc`` (PyTorch's defaults drawn under a seed derived from
+            ``seed``) or ``reference`` (the reference implementation's own initialisation for
+            ``seed``, replayed: a run then starts where the reference's run with that seed
+            starts; CVRPTW LINC models only).
         morph_epochs: score morphing toward a reference policy, lambda 0 -> 1 over this many
             epochs (0 = off; needs a reference checkpoint).
         validation_size, validation_every: size of the fixed seeded validation set and how
@@ -228,6 +232,7 @@ class TrainConfig:
     amp: bool = True
     device: str = "cpu"
     seed: int = 1234
+    init: Literal["linc", "reference"] = "linc"
     morph_epochs: int = 0
     validation_size: int = 64
     validation_every: int = 1
@@ -255,6 +260,10 @@ class TrainConfig:
         _check(
             self.num_rollouts >= 2 or self.advantage == "group_mean",
             "num_rollouts: the soft top-1 advantage needs at least 2 rollouts per instance",
+        )
+        _check(
+            self.init in ("linc", "reference"),
+            f"init: expected linc or reference, got {self.init!r}",
         )
         _check(self.morph_epochs >= 0, "morph_epochs: expected >= 0")
         _check(self.validation_size >= 0, "validation_size: expected >= 0")

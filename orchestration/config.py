@@ -34,6 +34,7 @@ from linc_core.config import (
     TrainConfig,
     variant_configs,
 )
+from linc_core.model.reference_format import reference_initialisation_unsupported
 
 DATA_SOURCES = ("generated", "dataset", "solomon50")
 EVAL_SOURCES = ("validation", "dataset", "solomon50", "none")
@@ -404,7 +405,10 @@ class PlatformConfig:
             fault=_build(FaultSpec, values.get("fault"), "fault"),
             raw=values,
         )
-        _, train = config.linc_configs()  # overrides are checked here, before any trial
+        model, train = config.linc_configs()  # overrides are checked here, before any trial
+        if train.init == "reference":
+            reason = reference_initialisation_unsupported(model)
+            _require(reason is None, "train", "init", train.init, f"not for this model: {reason}")
         _require(
             config.data.eval_source != "validation" or train.validation_size > 0,
             "train",

@@ -19,7 +19,9 @@ Contract::
     )
 
 - Each worker builds ``LincPolicy(model_config)`` after ``torch.manual_seed(init_seed)`` (default
-  ``train_config.seed``, as the single-process trainable), rank 0's weights are broadcast, and
+  ``train_config.seed``, as the single-process trainable; with ``train_config.init ==
+  "reference"`` the reference's initial weights for the seed are loaded), rank 0's weights are
+  broadcast, and
   ``linc_core.train.loop.fit`` runs with the worker's ``World``: every worker rebuilds the same
   whole batch from ``data`` and rolls out its ``batch_size / num_workers`` rows
   (``batch_size`` must be a multiple of ``num_workers``). The run follows single-process ``fit``
@@ -68,7 +70,7 @@ from ray.util.queue import Empty, Queue
 
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance
-from linc_core.model import LincPolicy
+from linc_core.model import LincPolicy, load_reference_state_dict, reference_initial_state_dict
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit
@@ -146,6 +148,9 @@ def _worker_loop(config: dict[str, Any]) -> None:
         train_config = dataclasses.replace(train_config, device=str(train_torch.get_device()))
     torch.manual_seed(config["init_seed"])
     policy = LincPolicy(config["model_config"])
+    if train_config.init == "reference":
+        start = reference_initial_state_dict(config["model_config"], train_config.seed)
+        load_reference_state_dict(policy, start)
     work = Path(tempfile.mkdtemp(prefix=f"linc-dp-rank{here.rank}-"))
     resume_from = None
     restarted = train.get_checkpoint()

@@ -38,7 +38,7 @@ from linc_core.model import LincPolicy
 from linc_core.seeding import derive_seed
 from linc_core.train.checkpoint import git_commit
 from linc_core.train.data import FixedData, GeneratedData, TrainingData, generate
-from linc_core.train.loop import BaseCallback, fit
+from linc_core.train.loop import BaseCallback, fit, initial_policy
 from orchestration.config import PlatformConfig
 from orchestration.datasets import open_filesystem, open_training_data
 from orchestration.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
@@ -210,8 +210,7 @@ def train_linc(trial_config: dict[str, Any]) -> None:
             MLflowCallback(mlflow),
             TuneReportCallback(checkpoint_dir, {RUN_FILE: run_file}, fail_at_epoch=fail_at),
         ]
-        torch.manual_seed(derive_seed(train_config.seed, "init"))
-        policy = LincPolicy(model_config)
+        policy = initial_policy(model_config, train_config)
         mlflow.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
         if config.cluster.num_workers > 1:
             result_history = _fit_data_parallel(

@@ -38,6 +38,7 @@ from linc_core.model import (
     LincPolicy,
     load_reference_state_dict,
     map_reference_keys,
+    reference_initial_state_dict,
     sample_from_log_probs,
     sample_z,
 )
@@ -199,6 +200,67 @@ def test_golden_model_replay_reproduces_reference_probabilities() -> None:
     )
 
     assert_reproduces_golden_probabilities(policy)
+
+
+GOLDEN_INIT_SEED = 20261122  # linc_model_golden.json: "its own initialisation (torch seed ...)"
+GOLDEN_NOISE_STD = 0.05  # "... plus 0.05 N(0,1) noise on every parameter"
+
+
+def test_reference_initialisation_recovers_the_golden_weights() -> None:
+    """The golden state dict is the reference model's own initialisation for seed 20261122 plus
+    0.05 N(0, 1) noise. Replaying the reference's construction order for that seed must leave
+    exactly that noise on every tensor (residual std 0.05), while a neighbouring seed leaves the
+    weights' own spread as well: this pins every tensor's place in the reference's draw order."""
+    golden = reference_state_dict()
+    config = preset_configs("full_linc")[0]
+    replayed = reference_initial_state_dict(config, GOLDEN_INIT_SEED)
+    assert set(replayed) == set(golden)
+    residuals = []
+    for key, value in golden.items():
+        assert replayed[key].shape == value.shape, key
+        residual = (value.double() - replayed[key].double()).flatten()
+        residuals.append(residual)
+        if residual.numel() >= 64:  # within 5 standard errors of a sample std
+            tolerance = 5 * GOLDEN_NOISE_STD / math.sqrt(2 * (residual.numel() - 1))
+            assert abs(float(residual.std()) - GOLDEN_NOISE_STD) < tolerance, key
+    every = torch.cat(residuals)
+    assert abs(float(every.std()) - GOLDEN_NOISE_STD) < 0.001
+    assert float(every.abs().max()) < 6 * GOLDEN_NOISE_STD
+    neighbour = reference_initial_state_dict(config, GOLDEN_INIT_SEED + 1)
+    weight = "encoder.layers.0.Wq.weight"
+    assert float((golden[weight] - neighbour[weight]).std()) > 1.5 * GOLDEN_NOISE_STD
+
+
+@pytest.mark.parametrize("preset", ABLATION_VARIANTS)
+def test_reference_initialisation_fits_every_ablation_variant(preset: str) -> None:
+    """Each of the twelve variants loads its replayed reference start; the global generator is
+    left alone; the same seed gives the same weights and another seed other weights."""
+    config = preset_configs(preset)[0]
+    rng_before = torch.random.get_rng_state()
+    state = reference_initial_state_dict(config, 1234)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    policy = LincPolicy(config)
+    dropped = load_reference_state_dict(policy, state)
+    assert all(key.startswith("decoder.") for key in dropped)
+    if config.summary == "none" and config.scorer == "linc":
+        assert any(".summary_input_proj." in key for key in dropped)
+    loaded = policy.state_dict()
+    again = reference_initial_state_dict(config, 1234)
+    other = reference_initial_state_dict(config, 1235)
+    weight = "decoder.poly_layer_1.weight"
+    assert torch.equal(loaded[weight], again[weight])
+    assert not torch.equal(loaded[weight], other[weight])
+
+
+@pytest.mark.parametrize(
+    ("preset", "problem", "fragment"),
+    [("pomo", "cvrptw", "z_dim 0"), ("full_linc", "tsp", "problem 'tsp'")],
+)
+def test_reference_initialisation_refuses_models_the_reference_does_not_build(
+    preset: str, problem: str, fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        reference_initial_state_dict(preset_configs(preset, problem)[0], 1234)
 
 
 def test_reference_state_dict_with_missing_key_is_rejected_by_name() -> None:
@@ -873,6 +935,7 @@ def test_feature_names_are_checked_against_the_problem() -> None:
         ({"tau_start": 0.1, "tau_end": 0.2}, "tau"),
         ({"num_rollouts": 1}, "num_rollouts"),
         ({"device": "tpu"}, "device"),
+        ({"init": "xavier"}, "init"),
     ],
 )
 def test_train_config_rejects_bad_values_naming_the_field(overrides: dict, field: str) -> None:

@@ -39,6 +39,8 @@ def test_presets_carry_their_budgets() -> None:
     assert repro.data.source == repro.data.eval_source == "solomon50"
     assert (repro.data.eval_rollouts, repro.data.eval_augment) == (128, 8)
     assert model.embedding_dim == 128 and model.encoder_layers == 6
+    assert train.init == "reference" and train.seed == 1234  # the reference curves' start
+    assert smoke.linc_configs()[1].init == "linc"
     paper = load_platform_config(["preset=paper"])
     _, train = paper.linc_configs()
     assert (train.epochs, train.device, paper.cluster.gpus_per_trial) == (2000, "cuda", 1)
@@ -78,11 +80,13 @@ def test_variant_switches_win_over_protocol_settings() -> None:
         ("data=dataset", "data.uri"),
         ("ablation.reference=no_local", "ablation.reference"),
         ("task.num_customers=1", "task.num_customers"),
+        ("train.init=pretrained", "init: expected linc or reference, got 'pretrained'"),
+        ("task=tsp train.init=reference", "train.init: not for this model"),
     ],
 )
 def test_bad_config_is_rejected_with_key_and_value(override: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load_platform_config(["preset=smoke", override])
+        load_platform_config(["preset=smoke", *override.split()])
     assert fragment in str(err.value)
 
 

@@ -259,3 +259,40 @@ def test_replay_with_no_weight_gives_a_zero_gradient() -> None:
     assert float(total.detach()) == 0.0
     grads = [p.grad for p in policy.parameters() if p.grad is not None]
     assert grads and all(bool((g == 0).all()) for g in grads)
+
+
+def test_initial_policy_draws_linc_or_reference_weights() -> None:
+    """``init=linc``: PyTorch defaults under the derived seed; ``init=reference``: the replayed
+    reference start for the seed itself (the same weights for the same seed)."""
+    from linc_core.model import load_reference_state_dict, reference_initial_state_dict
+    from linc_core.seeding import derive_seed
+    from linc_core.train import initial_policy
+
+    model, train = tiny_configs("full_linc", seed=7)
+    torch.manual_seed(derive_seed(7, "init"))
+    expected = LincPolicy(model).state_dict()
+    ours = initial_policy(model, train).state_dict()
+    assert all(torch.equal(ours[k], expected[k]) for k in expected)
+
+    reference = initial_policy(model, dataclasses.replace(train, init="reference")).state_dict()
+    replayed = LincPolicy(model)
+    load_reference_state_dict(replayed, reference_initial_state_dict(model, 7))
+    assert all(torch.equal(reference[k], v) for k, v in replayed.state_dict().items())
+    assert not torch.equal(reference["decoder.Wk.weight"], ours["decoder.Wk.weight"])
+
+
+def test_ablation_protocol_starts_from_the_reference_initialisation(capsys) -> None:
+    """``linc-train --protocol ablation`` uses the reference's initial weights unless told
+    ``--init linc``; models the reference does not build (POMO) keep the linc start."""
+    from linc_core.train.cli import main
+
+    fast = ["--protocol", "ablation", "--epochs", "1", "--rollouts", "2", "--threads", "1"]
+    fast += ["--validation-every", "1000"]
+    for extra, preset, expected in (
+        ([], "baseline", "reference"),
+        (["--init", "linc"], "baseline", "linc"),
+        ([], "pomo", "linc"),
+    ):
+        assert main([*fast, "--preset", preset, *extra]) == 0
+        printed = capsys.readouterr().out.splitlines()[0]
+        assert f'"init": "{expected}"' in printed, (preset, extra)

@@ -17,11 +17,18 @@ encoder.depth_key_norm / depth_queries               same
 decoder.Wq_first / Wq_last / Wk / Wv                 same
 decoder.multi_head_combine / poly_layer_1 / _2       same
 decoder.quotient_lite_candidate_scorer.{name}        scorer.{name}
+decoder.naive_feature_score_mlp.0 / .2               scorer.mlp_hidden / mlp_out
 decoder.full_* (never run by any variant)            dropped
+decoder.quotient_lite_candidate_scorer.summary_*     dropped when the config has no summary
+                                                     (built, never run, by no_step_summary)
+
+``reference_initial_state_dict`` replays the reference's module construction to give the weights
+it starts from for a seed (its runs seed torch once, then build the model).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -38,12 +45,22 @@ _RENAMES: tuple[tuple[str, str], ...] = (
     (r"^(encoder\.layers\.\d+)\.feed_forward\.W1\.", r"\1.ff_in."),
     (r"^(encoder\.layers\.\d+)\.feed_forward\.W2\.", r"\1.ff_out."),
     (r"^decoder\.quotient_lite_candidate_scorer\.", "scorer."),
+    (r"^decoder\.naive_feature_score_mlp\.0\.", "scorer.mlp_hidden."),
+    (r"^decoder\.naive_feature_score_mlp\.2\.", "scorer.mlp_out."),
 )
 _DROPPED = re.compile(r"^decoder\.full_")
+# The reference scorer builds its summary modules even when a variant switches the summary off.
+_SUMMARY_KEYS = re.compile(r"^decoder\.quotient_lite_candidate_scorer\.summary_")
 
 
-def map_reference_keys(state_dict: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
+def map_reference_keys(
+    state_dict: Mapping[str, Tensor], has_summary: bool = True
+) -> tuple[dict[str, Tensor], list[str]]:
     """Rename reference keys to linc keys.
+
+    Args:
+        has_summary: the target config has a step summary; without one the reference's
+            (never run) summary modules are dropped.
 
     Returns:
         (the renamed state dict, the dropped reference keys).
@@ -51,7 +68,7 @@ def map_reference_keys(state_dict: Mapping[str, Tensor]) -> tuple[dict[str, Tens
     mapped: dict[str, Tensor] = {}
     dropped: list[str] = []
     for key, value in state_dict.items():
-        if _DROPPED.match(key):
+        if _DROPPED.match(key) or (not has_summary and _SUMMARY_KEYS.match(key)):
             dropped.append(key)
             continue
         new = key
@@ -70,7 +87,9 @@ def load_reference_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]
     Returns:
         The dropped reference keys.
     """
-    mapped, dropped = map_reference_keys(state_dict)
+    config = getattr(model, "config", None)
+    has_summary = config is None or config.summary != "none"
+    mapped, dropped = map_reference_keys(state_dict, has_summary)
     ours = model.state_dict()
     missing = sorted(set(ours) - set(mapped))
     unexpected = sorted(set(mapped) - set(ours))
@@ -206,3 +225,106 @@ def load_reference_checkpoint(
     policy = LincPolicy(config)
     load_reference_state_dict(policy, state)
     return policy, config, payload
+
+
+def reference_initialisation_unsupported(config: ModelConfig) -> str | None:
+    """Why ``reference_initial_state_dict`` cannot replay ``config`` (None when it can)."""
+    if config.problem != "cvrptw" or config.z_dim <= 0:
+        return (
+            "it replays the reference CVRPTW model with z-vectors; got problem "
+            f"{config.problem!r} with z_dim {config.z_dim}"
+        )
+    if config.static_feature_mode != "concat":
+        return f"static_feature_mode {config.static_feature_mode!r} is not the reference's (concat)"
+    return None
+
+
+def reference_initial_state_dict(config: ModelConfig, seed: int) -> dict[str, Tensor]:
+    """The weights the reference implementation starts from for ``config`` after
+    ``torch.manual_seed(seed)``, under its key names (load with ``load_reference_state_dict``).
+
+    The reference seeds torch once and then builds its CVRPTW model, every ``nn.Linear``
+    drawing its weight and then its bias from the global generator. Replaying that construction
+    order (read from its model's ``__init__`` methods, commit cc06fa8) with the same shapes and
+    a generator seeded the same way reproduces its initial weights: the starting point of its
+    published runs (``reference_cpu_training_curves.json`` uses seed 1234). Modules it builds
+    but never runs (``decoder.full_*``, a switched-off summary) are drawn as well, since they
+    advance the generator.
+
+    Raises:
+        ValueError: ``config`` is not a configuration of the reference CVRPTW LINC model.
+    """
+    reason = reference_initialisation_unsupported(config)
+    if reason is not None:
+        raise ValueError(f"reference initialisation: {reason}")
+    generator = torch.Generator().manual_seed(seed)
+    state: dict[str, Tensor] = {}
+    d = config.embedding_dim
+
+    def linear(name: str, fan_in: int, fan_out: int, bias: bool = True) -> None:
+        # nn.Linear.reset_parameters: kaiming-uniform weight, then U(+-1/sqrt(fan_in)) bias
+        weight = torch.empty(fan_out, fan_in)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
+        state[f"{name}.weight"] = weight
+        if bias:
+            bound = 1.0 / math.sqrt(fan_in)
+            state[f"{name}.bias"] = nn.init.uniform_(
+                torch.empty(fan_out), -bound, bound, generator=generator
+            )
+
+    linear("encoder.embedding_depot", 2, d)
+    linear("encoder.embedding_node", 5 + len(config.node_static_features), d)
+    for layer in range(config.encoder_layers):
+        prefix = f"encoder.layers.{layer}"
+        for projection in ("Wq", "Wk", "Wv"):
+            linear(f"{prefix}.{projection}", d, d, bias=False)
+        linear(f"{prefix}.multi_head_combine", d, d)
+        if config.gated_attention:
+            linear(f"{prefix}.W_gate", d, config.num_heads)  # drawn, then overwritten
+            state[f"{prefix}.W_gate.weight"].zero_()
+            state[f"{prefix}.W_gate.bias"].fill_(config.gate_init_bias)
+        for norm in ("add_n_normalization_1", "add_n_normalization_2"):
+            state[f"{prefix}.{norm}.norm.weight"] = torch.ones(d)
+            state[f"{prefix}.{norm}.norm.bias"] = torch.zeros(d)
+        linear(f"{prefix}.feed_forward.W1", d, config.ff_hidden_dim)
+        linear(f"{prefix}.feed_forward.W2", config.ff_hidden_dim, d)
+    if config.depth_mixer:
+        state["encoder.depth_key_norm.weight"] = torch.ones(d)
+        state["encoder.depth_queries"] = nn.init.normal_(
+            torch.empty(config.encoder_layers, d), 0.0, d**-0.5, generator=generator
+        )
+    linear("decoder.Wq_last", d + 2, d, bias=False)
+    linear("decoder.Wk", d, d, bias=False)
+    linear("decoder.Wv", d, d, bias=False)
+    linear("decoder.multi_head_combine", d, d)
+    linear("decoder.poly_layer_1", d + config.z_dim, config.poly_hidden_dim)
+    linear("decoder.poly_layer_2", config.poly_hidden_dim, d)
+    if config.scorer == "baseline":
+        return state
+    features = len(config.candidate_features)
+    gate_hidden = max(32, d // 2)
+    linear("decoder.full_phi_proj", features, d)
+    linear("decoder.full_alpha_ctx_proj", d + 2, gate_hidden, bias=False)
+    linear("decoder.full_alpha_node_proj", d, gate_hidden)
+    linear("decoder.full_alpha_out", gate_hidden, features)
+    state["decoder.full_phi_bias_scale"] = torch.tensor(0.1)
+    linear("decoder.full_gate_node", d, 1)
+    linear("decoder.full_gate_ctx", d + 2, 1)
+    state["decoder.full_gate_node.weight"].zero_()
+    state["decoder.full_gate_node.bias"].zero_()
+    state["decoder.full_gate_ctx.weight"].zero_()
+    state["decoder.full_gate_ctx.bias"].fill_(2.0)
+    hidden = config.scorer_hidden_dim
+    if config.scorer == "mlp":
+        linear("decoder.naive_feature_score_mlp.0", d + features, hidden)
+        linear("decoder.naive_feature_score_mlp.2", hidden, 1)
+        return state
+    scorer = "decoder.quotient_lite_candidate_scorer"
+    linear(f"{scorer}.full_phi_proj", features, d, bias=config.phi_bias)
+    # built whatever the summary switch says (the partial r_t's width when it is off)
+    summary_width = 1 + len(config.summary_stats) if config.summary != "none" else 4
+    linear(f"{scorer}.summary_input_proj", d + summary_width, 3 * hidden)
+    linear(f"{scorer}.summary_to_gamma", hidden, d)
+    linear(f"{scorer}.summary_to_beta", hidden, d)
+    linear(f"{scorer}.summary_to_alpha", hidden, 1)
+    return state

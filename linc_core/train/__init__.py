@@ -8,6 +8,7 @@ from linc_core.train.loop import (
     PrintProgress,
     evaluate_best_of_k,
     fit,
+    initial_policy,
     policy_from_checkpoint,
 )
 from linc_core.train.step import StepMetrics, train_step
@@ -23,6 +24,7 @@ __all__ = [
     "TrainingData",
     "evaluate_best_of_k",
     "fit",
+    "initial_policy",
     "policy_from_checkpoint",
     "train_step",
 ]

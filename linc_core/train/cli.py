@@ -6,7 +6,9 @@ Examples:
 
 ``--protocol ablation`` trains and evaluates on the 56 Solomon instances truncated to their first
 50 customers with the ablation's schedule (reference section 5: K = 128, batch 56, tau 100 ->
-0.01 over the first 15%, best-only from 15%).
+0.01 over the first 15%, best-only from 15%) and, unless ``--init linc``, the reference
+implementation's initial weights for the seed: ``--seed 1234`` starts from the weights behind
+the reference's published CPU curves (``reference_cpu_training_curves.json``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ import torch
 from linc_core.benchmarks import data_dir
 from linc_core.config import PRESETS, replace, to_dict, variant_configs
 from linc_core.instances import Instance, read_solomon_folder
-from linc_core.model import LincPolicy
+from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.problems.generators import truncate_customers
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
 from linc_core.train.data import FixedData, GeneratedData, generate
-from linc_core.train.loop import PrintProgress, fit, policy_from_checkpoint, warm_start
+from linc_core.train.loop import (
+    PrintProgress,
+    fit,
+    initial_policy,
+    policy_from_checkpoint,
+    warm_start,
+)
 
 ABLATION_PROTOCOL = {
     "num_rollouts": 128,
@@ -71,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch CPU threads (1 per run when runs share CPUs)",
     )
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--init",
+        choices=("linc", "reference"),
+        default=None,
+        help="initial weights: linc (PyTorch defaults under a derived seed) or reference (the "
+        "reference implementation's for --seed); default reference under --protocol ablation",
+    )
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")
     p.add_argument(
@@ -92,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     overrides: dict = {
         "seed": args.seed,
+        "init": args.init or "linc",
         "device": args.device,
         "validation_every": args.validation_every,
     }
@@ -116,6 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     model_config, train_config = variant_configs(args.preset, args.problem, train=overrides)
+    if (
+        args.init is None
+        and args.protocol == "ablation"
+        and reference_initialisation_unsupported(model_config) is None
+    ):
+        train_config = replace(train_config, init="reference")
     if args.protocol == "ablation":
         instances = solomon50()
         data = FixedData(instances, train_config.batch_size, derive_seed(args.seed, "data"))
@@ -154,8 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.morph_from is not None:
         morph_reference, _ = policy_from_checkpoint(args.morph_from, args.device)
         train_config = replace(train_config, morph_epochs=args.morph_epochs)
-    torch.manual_seed(derive_seed(args.seed, "init"))
-    policy = LincPolicy(model_config)
+    policy = initial_policy(model_config, train_config)
     if args.warm_start is not None:
         source, _ = policy_from_checkpoint(args.warm_start)
         copied = warm_start(policy, source)

@@ -1,6 +1,6 @@
 """A plain training loop: no Ray, no Lightning; callbacks for metrics and checkpoints.
 
-    policy = LincPolicy(model_config)
+    policy = initial_policy(model_config, train_config)
     result = fit(policy, train_config, GeneratedData(...), validation=instances,
                  checkpoint_dir="runs/x", callbacks=[PrintProgress()])
 
@@ -29,9 +29,13 @@ from typing import Any, Protocol
 
 import torch
 
-from linc_core.config import TrainConfig
+from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy, sample_z
+from linc_core.model.reference_format import (
+    load_reference_state_dict,
+    reference_initial_state_dict,
+)
 from linc_core.seeding import derive_seed, torch_generator
 from linc_core.train.advantage import training_progress
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
@@ -254,6 +258,22 @@ def fit(
             result.stopped_early = epoch + 1 < config.epochs
             break
     return result
+
+
+def initial_policy(model_config: ModelConfig, train_config: TrainConfig) -> LincPolicy:
+    """A new policy with the initial weights ``train_config.init`` asks for.
+
+    ``linc``: PyTorch's default initialisation under the seed ``(seed, "init")``. ``reference``:
+    the reference implementation's initial weights for ``torch.manual_seed(seed)``
+    (``reference_initial_state_dict``), so that the run starts where the reference's run with
+    the same seed does.
+    """
+    torch.manual_seed(derive_seed(train_config.seed, "init"))
+    policy = LincPolicy(model_config)
+    if train_config.init == "reference":
+        state = reference_initial_state_dict(model_config, train_config.seed)
+        load_reference_state_dict(policy, state)
+    return policy
 
 
 def policy_from_checkpoint(
