@@ -223,25 +223,42 @@ class CandidateScorer(nn.Module):
             extended = torch.matmul(context, projection)
             alpha = None
         else:
+            lead = context.shape[:2]
             summary = self.step_summary(table, feasible, num_customers, stats)
-            inputs = torch.cat([context, summary], dim=-1)  # [B, K, D + S]
+            inputs = torch.cat([context, summary], dim=-1).flatten(0, 1)  # [R, D + S]
             rows = choice_rows(feasible_count)
             if rows is not None:  # modulate only rollouts that have a choice to make
-                inputs = inputs.flatten(0, 1).index_select(0, rows)
-            s = nn.functional.gelu(self.summary_input_proj(inputs))
-            s_gamma, s_beta, s_alpha = s.chunk(3, dim=-1)
-            half_scale = torch.sigmoid(2.0 * self.summary_to_gamma(s_gamma))  # (1 + gamma) / 2
-            alpha = torch.sigmoid(self.summary_to_alpha(s_alpha))
+                inputs = inputs.index_select(0, rows)
+            # Without autograd no intermediate is needed again: GELU and the scaling in place.
+            in_place = not torch.is_grad_enabled()
+            s = self.summary_input_proj(inputs)  # [R, 3H]
+            s = torch.ops.aten.gelu_(s) if in_place else nn.functional.gelu(s)
+            hidden = s.shape[-1] // 3
+            gamma = self.summary_to_gamma
+            # (1 + gamma) / 2 = sigmoid(2 (W s + b)): the 2 folded into the (small) weights
+            half_scale = torch.addmm(
+                2.0 * gamma.bias, s[:, :hidden], 2.0 * gamma.weight.t()
+            ).sigmoid_()
+            alpha = torch.sigmoid(
+                nn.functional.linear(
+                    s[:, 2 * hidden :], self.summary_to_alpha.weight, self.summary_to_alpha.bias
+                )
+            )
             folded_weight = projection.t() @ self.summary_to_beta.weight  # [P(+1), H]
             folded_bias = projection.t() @ self.summary_to_beta.bias  # [P(+1)]
-            beta_part = nn.functional.linear(s_beta, folded_weight, folded_bias)
+            beta_part = torch.addmm(folded_bias, s[:, hidden : 2 * hidden], folded_weight.t())
             if rows is not None:
                 # A forced rollout's scores do not matter (its one action has probability 1
                 # whatever they are); neutral values keep them finite.
-                half_scale = scatter_rows(half_scale, rows, context.shape[:2], 0.5)
-                alpha = scatter_rows(alpha, rows, context.shape[:2], 1.0)
-                beta_part = scatter_rows(beta_part, rows, context.shape[:2], 0.0)
-            extended = torch.matmul(context * half_scale, 2.0 * projection) + beta_part
+                half_scale = scatter_rows(half_scale, rows, lead, 0.5).flatten(0, 1)
+                alpha = scatter_rows(alpha, rows, lead, 1.0).flatten(0, 1)
+                beta_part = scatter_rows(beta_part, rows, lead, 0.0).flatten(0, 1)
+            flat_context = context.reshape(-1, context.shape[-1])
+            scaled_context = (
+                half_scale.mul_(flat_context) if in_place else half_scale * flat_context
+            )
+            extended = torch.addmm(beta_part, scaled_context, 2.0 * projection).view(*lead, -1)
+            alpha = alpha.view(*lead, 1)
         p = self.full_phi_proj.weight.shape[1]
         if self.full_phi_proj.bias is None:
             return extended, extended.new_zeros(extended.shape[:-1] + (1,)), alpha
