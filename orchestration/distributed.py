@@ -71,6 +71,7 @@ from ray.util.queue import Empty, Queue
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy, load_reference_state_dict, reference_initial_state_dict
+from linc_core.runtime import tune_cpu_allocator
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit
@@ -141,6 +142,7 @@ class _ForwardReports(UserCallback):
 def _worker_loop(config: dict[str, Any]) -> None:
     """Body of every Ray Train worker: build the policy and run data-parallel ``fit``."""
     here = world()
+    tune_cpu_allocator()  # as the single-process trainable
     train_config: TrainConfig = config["train_config"]
     if config["use_gpu"]:
         import ray.train.torch as train_torch

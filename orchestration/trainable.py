@@ -35,6 +35,7 @@ from ray import tune
 
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy
+from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
 from linc_core.train.checkpoint import git_commit
 from linc_core.train.data import FixedData, GeneratedData, TrainingData, generate
@@ -190,6 +191,9 @@ def train_linc(trial_config: dict[str, Any]) -> None:
     """Ray Tune function trainable: train one linc configuration, report every epoch."""
     config = PlatformConfig.from_mapping(trial_config)
     model_config, train_config = config.linc_configs()
+    # A trial's process is Ray's, not linc-train's: give it the same allocator settings
+    # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).
+    tune_cpu_allocator()
     torch.set_num_threads(config.cluster.torch_threads)
     data, data_id = training_data(config)
     validation = validation_set(config)
