@@ -7,7 +7,8 @@ epoch, validation every epoch, no final evaluation), alternately, three times ea
 called directly, then the same trial through ``run_training`` (a Tune experiment with per-epoch
 Tune checkpoints and MLflow logging to a local SQLite store); medians are compared (single pairs
 swung from 1% to 20% on this host). The number of epochs is calibrated so that the direct run
-takes about 60 seconds. Ray and the MLflow store exist before the clock starts (once per sweep,
+takes about 60 seconds: a 2-epoch probe, then one full-length run to correct for the slower
+early epochs. Ray and the MLflow store exist before the clock starts (once per sweep,
 not per trial). Target: <= 5% overhead.
 
 A single trial starts a new Ray worker process that imports torch, Ray Tune and MLflow (about
@@ -73,8 +74,13 @@ def bench_platform(quick: bool = False) -> list[dict]:
     direct_runs, tuned_runs = [], []
     with tempfile.TemporaryDirectory(prefix="linc-bench-platform-") as tmp:
         root = Path(tmp)
+        # Early epochs are the slow ones (an untrained policy builds longer routes), so a
+        # short probe overestimates the epoch cost: scale once more from a full-length run.
         probe = _direct_seconds(_config(root / "probe", 1), root / "probe-ckpt", epochs=2) / 2
         epochs = max(2, math.ceil(target_seconds / probe))
+        if not quick:
+            full = _direct_seconds(_config(root / "probe", epochs), root / "probe-full")
+            epochs = max(2, round(epochs * target_seconds / full))
         config = _config(root / "runs", epochs)
         init_ray(config)
         # one-time costs of a sweep, not of a trial: a running Ray and an existing MLflow store
