@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 from ray import train
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.train.v2._internal.constants import is_v2_enabled
@@ -70,11 +69,10 @@ from ray.util.queue import Empty, Queue
 
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance
-from linc_core.model import LincPolicy, load_reference_state_dict, reference_initial_state_dict
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import world
-from linc_core.train.loop import BaseCallback, fit
+from linc_core.train.loop import BaseCallback, fit, initial_policy
 
 CHECKPOINT_FILE = "latest.pt"
 ABORT_WAIT_SECONDS = 60.0
@@ -148,11 +146,7 @@ def _worker_loop(config: dict[str, Any]) -> None:
         import ray.train.torch as train_torch
 
         train_config = dataclasses.replace(train_config, device=str(train_torch.get_device()))
-    torch.manual_seed(config["init_seed"])
-    policy = LincPolicy(config["model_config"])
-    if train_config.init == "reference":
-        start = reference_initial_state_dict(config["model_config"], train_config.seed)
-        load_reference_state_dict(policy, start)
+    policy = initial_policy(config["model_config"], train_config, config["init_seed"])
     work = Path(tempfile.mkdtemp(prefix=f"linc-dp-rank{here.rank}-"))
     resume_from = None
     restarted = train.get_checkpoint()

@@ -260,15 +260,19 @@ def fit(
     return result
 
 
-def initial_policy(model_config: ModelConfig, train_config: TrainConfig) -> LincPolicy:
+def initial_policy(
+    model_config: ModelConfig, train_config: TrainConfig, init_seed: int | None = None
+) -> LincPolicy:
     """A new policy with the initial weights ``train_config.init`` asks for.
 
-    ``linc``: PyTorch's default initialisation under the seed ``(seed, "init")``. ``reference``:
-    the reference implementation's initial weights for ``torch.manual_seed(seed)``
-    (``reference_initial_state_dict``), so that the run starts where the reference's run with
-    the same seed does.
+    ``linc``: PyTorch's default initialisation under ``init_seed`` (default: the seed
+    ``(seed, "init")``). ``reference``: the reference implementation's initial weights for
+    ``torch.manual_seed(seed)`` (``reference_initial_state_dict``), so that the run starts where
+    the reference's run with the same seed does.
     """
-    torch.manual_seed(derive_seed(train_config.seed, "init"))
+    if init_seed is None:
+        init_seed = derive_seed(train_config.seed, "init")
+    torch.manual_seed(init_seed)
     policy = LincPolicy(model_config)
     if train_config.init == "reference":
         state = reference_initial_state_dict(model_config, train_config.seed)
