@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
+from linc_core.model.features import node_input_dim
 
 _RENAMES: tuple[tuple[str, str], ...] = (
     (r"^encoder\.static_residual_proj\.", "encoder.static_residual."),
@@ -273,7 +274,7 @@ def reference_initial_state_dict(config: ModelConfig, seed: int) -> dict[str, Te
             )
 
     linear("encoder.embedding_depot", 2, d)
-    linear("encoder.embedding_node", 5 + len(config.node_static_features), d)
+    linear("encoder.embedding_node", node_input_dim(config), d)
     for layer in range(config.encoder_layers):
         prefix = f"encoder.layers.{layer}"
         for projection in ("Wq", "Wk", "Wv"):

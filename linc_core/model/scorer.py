@@ -96,10 +96,10 @@ def choice_rows(feasible_count: Tensor) -> Tensor | None:
     return has_choice.nonzero().squeeze(1)
 
 
-def scatter_rows(values: Tensor, rows: Tensor, lead: torch.Size, fill: float) -> Tensor:
-    """``[R, C]`` rows back into a ``[*lead, C]`` tensor filled with ``fill`` elsewhere."""
-    out = values.new_full((lead[0] * lead[1], values.shape[-1]), fill)
-    return out.index_copy(0, rows, values).view(*lead, values.shape[-1])
+def scatter_rows(values: Tensor, rows: Tensor, total: int, fill: float) -> Tensor:
+    """``[R, C]`` values into rows ``rows`` of a ``[total, C]`` tensor filled with ``fill``."""
+    out = values.new_full((total, values.shape[-1]), fill)
+    return out.index_copy(0, rows, values)
 
 
 def feasible_customers(mask: Tensor, has_depot: bool) -> Tensor:
@@ -250,9 +250,10 @@ class CandidateScorer(nn.Module):
             if rows is not None:
                 # A forced rollout's scores do not matter (its one action has probability 1
                 # whatever they are); neutral values keep them finite.
-                half_scale = scatter_rows(half_scale, rows, lead, 0.5).flatten(0, 1)
-                alpha = scatter_rows(alpha, rows, lead, 1.0).flatten(0, 1)
-                beta_part = scatter_rows(beta_part, rows, lead, 0.0).flatten(0, 1)
+                total = lead[0] * lead[1]
+                half_scale = scatter_rows(half_scale, rows, total, 0.5)
+                alpha = scatter_rows(alpha, rows, total, 1.0)
+                beta_part = scatter_rows(beta_part, rows, total, 0.0)
             flat_context = context.reshape(-1, context.shape[-1])
             scaled_context = (
                 half_scale.mul_(flat_context) if in_place else half_scale * flat_context
