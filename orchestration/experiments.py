@@ -76,8 +76,8 @@ def _parent_run(config: PlatformConfig, name: str, sweep_file: Path | None) -> s
         client.update_run(run_id, status="RUNNING")
         return run_id
     run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
-    for key, value in flatten_params(config.raw).items():
-        client.log_param(run.info.run_id, key, value)
+    params = [mlflow.entities.Param(k, v) for k, v in flatten_params(config.raw).items()]
+    client.log_batch(run.info.run_id, params=params)  # one write (the client splits >100)
     if sweep_file is not None:
         sweep_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = sweep_file.with_suffix(".tmp")

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.experiments import run_ablation, run_search, run_training
-from orchestration.tracking import ensure_experiment
+from orchestration.tracking import ensure_experiment, flatten_params
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
 
@@ -52,6 +52,7 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     assert len({r.data.tags["worker_pid"] for r in trials}) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    assert parent.data.params == flatten_params(config.raw)  # the sweep's whole config
     for run in trials:
         tags, params = run.data.tags, run.data.params
         assert run.info.status == "FINISHED"
