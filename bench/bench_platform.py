@@ -14,10 +14,11 @@ not per trial). Target: <= 5% overhead.
 A single trial starts a new Ray worker process that imports torch, Ray Tune and MLflow (about
 5 s here, paid once per process) and opens the tracking store. Ray's prestarted (or
 ``preload_python_modules``-warmed) idle workers cannot take it: Tune gives every trainable actor
-its own runtime env (``PL_DISABLE_FORK=1``), and Ray never hands a worker that ran tasks to an
-actor. A sweep pays that once per concurrent slot: with ``cluster.reuse_actors`` the next trial
-runs in the finished trial's process. The second row measures that: three identical trials run
-one after another as one experiment, per-trial wall time (total / 3) against the same ``fit``.
+its own runtime env (``PL_DISABLE_FORK=1``), and on Ray 2.60 an idle worker that has run a task
+was not given to a new actor either (tried with a warm-up task). A sweep pays that once per
+concurrent slot: with ``cluster.reuse_actors`` the next trial runs in the finished trial's
+process. The second row measures that: three identical trials run one after another as one
+experiment, per-trial wall time (total / 3) against the same ``fit``.
 """
 
 from __future__ import annotations
