@@ -18,10 +18,9 @@ Contract::
         validation=None or an Instance, on_epoch=callback(record, checkpoint),
     )
 
-- Each worker builds ``LincPolicy(model_config)`` after ``torch.manual_seed(init_seed)`` (default
-  ``train_config.seed``, as the single-process trainable; with ``train_config.init ==
-  "reference"`` the reference's initial weights for the seed are loaded), rank 0's weights are
-  broadcast, and
+- Each worker builds its policy with ``initial_policy(model_config, train_config, init_seed)``
+  (``init_seed`` defaults to ``train_config.seed``; the trainable passes the seed its
+  single-process path uses), rank 0's weights are broadcast, and
   ``linc_core.train.loop.fit`` runs with the worker's ``World``: every worker rebuilds the same
   whole batch from ``data`` and rolls out its ``batch_size / num_workers`` rows
   (``batch_size`` must be a multiple of ``num_workers``). The run follows single-process ``fit``
