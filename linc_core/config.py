@@ -16,14 +16,10 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from linc_core.problems.protocol import CONSEQUENCE_FEATURES, RELATIVE_FEATURES
+
 ProblemName = Literal["cvrptw", "cvrp", "tsp"]
 
-# Candidate consequence features per problem, in the environments' table order.
-PROBLEM_FEATURES: dict[str, tuple[str, ...]] = {
-    "cvrptw": ("travel", "wait", "slack", "arrival", "departure", "angle"),
-    "cvrp": ("travel", "demand_ratio", "load_after", "dist_to_depot", "angle"),
-    "tsp": ("travel", "dist_to_start", "dist_to_centroid", "angle"),
-}
 # The partial step summary r_t: (statistic over the feasible customers, feature) after |F|/n.
 PARTIAL_SUMMARY: dict[str, tuple[tuple[str, str], ...]] = {
     "cvrptw": (("mean", "travel"), ("mean", "wait"), ("min", "slack")),
@@ -89,8 +85,8 @@ class ModelConfig:
     z_dim: int = 16
     poly_hidden_dim: int = 256
     scorer: Literal["baseline", "linc", "mlp"] = "linc"
-    candidate_features: tuple[str, ...] = PROBLEM_FEATURES["cvrptw"]
-    centred_features: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure")
+    candidate_features: tuple[str, ...] = CONSEQUENCE_FEATURES["cvrptw"]
+    centred_features: tuple[str, ...] = RELATIVE_FEATURES["cvrptw"]
     centring: Literal["feasible_mean", "none"] = "feasible_mean"
     depot_row: Literal["centred", "zero"] = "centred"
     summary: Literal["partial", "full_mean", "none"] = "partial"
@@ -98,7 +94,7 @@ class ModelConfig:
     phi_bias: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.problem in PROBLEM_FEATURES, f"problem: unknown {self.problem!r}")
+        _check(self.problem in CONSEQUENCE_FEATURES, f"problem: unknown {self.problem!r}")
         for name in ("embedding_dim", "encoder_layers", "num_heads", "ff_hidden_dim"):
             _check(getattr(self, name) >= 1, f"{name}: expected >= 1, got {getattr(self, name)}")
         _check(
@@ -120,7 +116,7 @@ class ModelConfig:
         ):
             value = getattr(self, key)
             _check(value in allowed, f"{key}: expected one of {allowed}, got {value!r}")
-        known = PROBLEM_FEATURES[self.problem]
+        known = CONSEQUENCE_FEATURES[self.problem]
         for key in ("candidate_features", "centred_features"):
             for name in getattr(self, key):
                 _check(name in known, f"{key}: {name!r} is not a {self.problem} feature {known}")
@@ -163,7 +159,7 @@ class ModelConfig:
         if problem == "cvrp":
             base.update(
                 candidate_features=("travel", "demand_ratio", "dist_to_depot", "angle"),
-                centred_features=("travel", "demand_ratio", "load_after", "dist_to_depot"),
+                centred_features=RELATIVE_FEATURES["cvrp"],
                 node_static_features=("knn_mean",),
                 static_feature_mode="residual",
                 gated_attention=False,
@@ -173,7 +169,7 @@ class ModelConfig:
         elif problem == "tsp":
             base.update(
                 candidate_features=("travel", "angle"),
-                centred_features=("travel", "dist_to_start", "dist_to_centroid"),
+                centred_features=RELATIVE_FEATURES["tsp"],
                 node_static_features=(),
                 gated_attention=False,
                 depth_mixer=False,
@@ -208,7 +204,7 @@ class TrainConfig:
             ``seed``) or ``reference`` (the reference implementation's own initialisation for
             ``seed``, replayed: a run then starts where the reference's run with that seed
             starts; CVRPTW LINC models only).
-        morph_epochs: score morphing toward a reference policy, lambda 0 -> 1 over this many
+        morph_epochs: score morphing from a frozen policy's scores, lambda 0 -> 1 over this many
             epochs (0 = off; needs a reference checkpoint).
         validation_size, validation_every: size of the fixed seeded validation set and how
             often (epochs) it is decoded greedily per z.
@@ -343,7 +339,7 @@ PRESETS: dict[str, Preset] = {
             "Centered MLP scoring",
             model={
                 "scorer": "mlp",
-                "centred_features": PROBLEM_FEATURES["cvrptw"],
+                "centred_features": CONSEQUENCE_FEATURES["cvrptw"],
                 "depot_row": "zero",
                 "summary": "none",
             },
@@ -376,7 +372,7 @@ def preset_configs(
     preset = PRESETS[name]
     model_overrides = dict(preset.model)
     if problem != "cvrptw" and "centred_features" in model_overrides:
-        model_overrides["centred_features"] = PROBLEM_FEATURES[problem]
+        model_overrides["centred_features"] = CONSEQUENCE_FEATURES[problem]
     model = ModelConfig.for_problem(problem, **model_overrides)
     train = TrainConfig(**{**preset.train, **train_overrides})
     return model, train

@@ -37,12 +37,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from linc_core.decode.sampling import start_state
+from linc_core.decode.best_of_k import make_rows
 from linc_core.instances import Instance
-from linc_core.model.policy import LincPolicy, sample_z
+from linc_core.model.decisions import PolicyChooser
+from linc_core.model.policy import LincPolicy
+from linc_core.model.sampling import greedy
 from linc_core.model.scorer import feasible_customers, feasible_stats, feature_major
 from linc_core.problems import make_env
-from linc_core.seeding import torch_generator
+from linc_core.problems.protocol import RolloutState
+from linc_core.problems.rollout import complete_rollouts, start_rollouts
 
 DEFAULT_OFFSETS: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 PROGRESS_BINS = 10
@@ -246,28 +249,27 @@ def run_diagnostics(
     offsets: Sequence[float] = DEFAULT_OFFSETS,
     batch_size: int = 16,
 ) -> dict:
-    """Decode ``instances`` greedily (``num_z`` z per instance) and probe every decision."""
+    """Decode ``instances`` greedily (``num_z`` z per instance, seeded as ``linc_core.decode``
+    seeds them) and probe every decision."""
     policy.eval()
     dtype = next(policy.parameters()).dtype
     probe = ScorerProbe(policy, offsets)
-    generator = torch_generator(seed)
     handle = policy.scorer.register_forward_hook(probe)
     try:
         for first in range(0, instances.batch_size, batch_size):
-            chunk = instances.select(slice(first, first + batch_size)).to(dtype=dtype)
-            z = None
-            if policy.config.z_dim > 0:
-                z = sample_z(chunk.batch_size, num_z, policy.config.z_dim, generator)
-            env = make_env(chunk, num_z)
-            cache, time_scale = policy.encode(chunk)
-            state, _ = start_state(env, chunk, None)
-            for _ in range(env.max_steps):
-                if bool(state.finished.all()):
-                    break
-                # the hook reads construction progress from here
-                probe.num_visited = state.num_visited
-                scores = policy.step_scores(env, state, cache, time_scale, z)
-                state = env.step(state, policy.log_probs(scores, state.mask).argmax(-1))
+            rows = make_rows(instances.select(slice(first, first + batch_size)), 1, dtype)
+            z = rows.z(num_z, policy.config.z_dim, seed) if policy.config.z_dim > 0 else None
+            env = make_env(rows.instance, num_z)
+            chooser = PolicyChooser(
+                policy, env, policy.encode(rows.instance), z, greedy, track_log_likelihood=False
+            )
+
+            def choose(state: RolloutState, step: int, chooser: PolicyChooser = chooser) -> Tensor:
+                probe.num_visited = state.num_visited  # the hook reads construction progress
+                return chooser(state, step)
+
+            state, _ = start_rollouts(env)
+            complete_rollouts(env, choose, state)
     finally:
         handle.remove()
     return probe.result.as_dict()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from linc_core.instances import Instance
-from linc_core.problems import CVRPTWEnv, rollout
+from linc_core.problems import CVRPTWEnv, complete_rollouts
 from linc_core.problems.cvrptw import CVRPTWState
 from tests.golden import load_golden
 
@@ -196,11 +196,11 @@ def test_rollouts_are_independent_across_batch_and_k() -> None:
     env2 = CVRPTWEnv(big, num_rollouts=3)
     gen = torch.Generator().manual_seed(0)
 
-    def choose(state: CVRPTWState) -> torch.Tensor:
+    def choose(state: CVRPTWState, step: int) -> torch.Tensor:
         scores = torch.rand(state.mask.shape, generator=gen, dtype=torch.float64)
         return scores.masked_fill(~state.mask, -1).argmax(-1)
 
-    final, actions = rollout(env2, choose)
+    final, actions = complete_rollouts(env2, choose)
     for b in range(2):
         for k in range(3):
             solo = env.reset()

@@ -10,9 +10,9 @@ import torch
 
 from linc_core.config import ModelConfig
 from linc_core.decode import DecodeConfig, decode
-from linc_core.decode.sampling import rollout_keys, sample_with_uniforms, step_uniforms
 from linc_core.instances import Instance, read_solomon, read_solomon_folder
 from linc_core.model import LincPolicy
+from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms
 from linc_core.problems.generators import generate_tsp, truncate_customers
 from linc_core.verify import verify_instance
 
@@ -164,3 +164,34 @@ def test_decode_config_names_the_bad_field(field, value):
 def test_decode_refuses_a_model_of_another_problem(policy):
     with pytest.raises(ValueError, match="model is for cvrptw"):
         decode(policy, generate_tsp(1, 5, seed=0), DecodeConfig(method="greedy"))
+
+
+def test_an_instance_decodes_the_same_wherever_it_sits_in_a_folder(policy, data_dir, tmp_path):
+    """Seeds derive from an instance's content, not its position: R101 gets the same sampled
+    solution first in a folder of three and last in a folder of four with other companions."""
+    from linc_core.evaluate import evaluate_policy, load_benchmark
+
+    source = data_dir / "solomon100"
+    folders = {"first": ("a_R101", "b_C101", "c_RC201"), "last": ("a_C201", "b_R205", "z_R101")}
+    folders["last"] += ("b_RC101",)
+    config = DecodeConfig(method="sampling", num_z=4, augment=8, seed=21)
+    costs = {}
+    for label, names in folders.items():
+        folder = tmp_path / label
+        folder.mkdir()
+        for name in names:
+            (folder / f"{name}.txt").write_text((source / f"{name[2:]}.txt").read_text())
+        bench = load_benchmark(str(folder))
+        truncated = [truncate_customers(i, 20) for i in bench.instances]
+        evaluation = evaluate_policy(policy, truncated, config, convention="exact")
+        by_name = {row.instance: row.cost for row in evaluation.rows}
+        costs[label] = next(cost for name, cost in by_name.items() if "R101" in name.upper())
+        assert len(by_name) == len(names)
+    assert costs["first"] == costs["last"]
+    # ... and it is a real sampled decode: another seed gives another solution.
+    other = evaluate_policy(
+        policy,
+        [truncate_customers(load_benchmark(str(tmp_path / "first")).instances[0], 20)],
+        DecodeConfig(method="sampling", num_z=4, augment=8, seed=22),
+    )
+    assert other.rows[0].cost != costs["first"]

@@ -19,12 +19,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from linc_core.config import preset_configs
+from linc_core.decode import DecodeConfig, decode
 from linc_core.model import LincPolicy
 from linc_core.model.policy import BatchRows
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world
-from linc_core.train.loop import evaluate_best_of_k, fit
+from linc_core.train.loop import fit
 from linc_core.train.step import train_step
 
 TINY = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
@@ -198,7 +199,8 @@ def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp
     )
     assert moved > config.learning_rate  # four Adam steps of lr 1e-2 moved the weights
     probe = generate("cvrptw", 8, CUSTOMERS, seed=99)
-    costs = [evaluate_best_of_k(p, probe, ROLLOUTS, seed=1) for p in (trained, single.policy)]
+    greedy = DecodeConfig(method="greedy", num_z=ROLLOUTS, augment=1, seed=1)
+    costs = [decode(p, probe, greedy).cost for p in (trained, single.policy)]
     torch.testing.assert_close(costs[0], costs[1], rtol=1e-5, atol=1e-4)
 
 

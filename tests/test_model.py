@@ -26,7 +26,6 @@ from torch import Tensor
 from linc_core.config import (
     ABLATION_VARIANTS,
     PRESETS,
-    PROBLEM_FEATURES,
     ModelConfig,
     TrainConfig,
     config_differences,
@@ -45,6 +44,7 @@ from linc_core.model import (
 from linc_core.model.features import node_inputs
 from linc_core.model.scorer import CandidateScorer, feasible_customers
 from linc_core.problems import (
+    CONSEQUENCE_FEATURES,
     CVRPTWEnv,
     generate_cvrp,
     generate_cvrptw_envelope,
@@ -810,7 +810,7 @@ def test_full_linc_is_the_reference_cvrptw_model() -> None:
     assert (model.embedding_dim, model.encoder_layers, model.num_heads) == (128, 6, 8)
     assert (model.ff_hidden_dim, model.z_dim, model.poly_hidden_dim) == (512, 16, 256)
     assert model.logit_clip == 10.0 and model.input_scale == "grid"
-    assert model.candidate_features == PROBLEM_FEATURES["cvrptw"]
+    assert model.candidate_features == CONSEQUENCE_FEATURES["cvrptw"]
     assert model.effective_centred == ("travel", "wait", "slack", "arrival", "departure")
     assert model.node_static_features == ("knn_nearest", "knn_mean", "knn_min")
     assert model.gated_attention and model.gate_mode == "centered_sigmoid"
@@ -841,7 +841,7 @@ def test_preset_differs_from_full_linc_in_exactly_the_listed_fields(preset: str)
         other, other_train = preset_configs(preset, problem)
         overrides = dict(want_model)
         if "centred_features" in overrides:
-            overrides["centred_features"] = PROBLEM_FEATURES[problem]
+            overrides["centred_features"] = CONSEQUENCE_FEATURES[problem]
         expected = {k: v for k, v in overrides.items() if getattr(other_base, k) != v}
         got = {key: b for key, (_, b) in config_differences(other_base, other).items()}
         assert got == expected, problem

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from linc_core.config import ABLATION_VARIANTS, PRESETS, preset_configs
+from linc_core.decode import DecodeConfig, decode
 from linc_core.model import LincPolicy, sample_z
 from linc_core.reference import solve_reference
-from linc_core.train import FixedData, GeneratedData, evaluate_best_of_k, fit, train_step
+from linc_core.train import FixedData, GeneratedData, fit, train_step
 from linc_core.train.checkpoint import load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
 from linc_core.train.loop import policy_from_checkpoint
@@ -64,9 +65,10 @@ def test_training_cuts_cost_and_approaches_pyvrp() -> None:
     torch.manual_seed(0)
     policy = LincPolicy(model)
     instances = generate("cvrptw", 32, 10, seed=2024)
-    before = evaluate_best_of_k(policy, instances, 16, seed=7).mean().item()
+    greedy = DecodeConfig(method="greedy", num_z=16, augment=1, seed=7)
+    before = decode(policy, instances, greedy).cost.mean().item()
     fit(policy, config, FixedData(instances, 32, seed=5))
-    after = evaluate_best_of_k(policy, instances, 16, seed=7).mean().item()
+    after = decode(policy, instances, greedy).cost.mean().item()
     pyvrp = sum(solve_reference(instances, i, seconds=0.2).cost for i in range(32)) / 32
     print(f"untrained {before:.2f} trained {after:.2f} pyvrp {pyvrp:.2f}")
     assert after <= 0.8 * before

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from linc_core.instances import Instance
-from linc_core.problems import TSPEnv, random_feasible_actions, rollout
+from linc_core.problems import TSPEnv, complete_rollouts, random_feasible_actions
 
 
 def square() -> Instance:
@@ -42,7 +42,7 @@ def test_random_rollouts_visit_every_city_once() -> None:
     gen = torch.Generator().manual_seed(3)
     locs = torch.rand(4, 12, 2, generator=gen)
     env = TSPEnv(Instance.from_arrays("tsp", locs), num_rollouts=5)
-    final, actions = rollout(env, lambda s: random_feasible_actions(s.mask, gen))
+    final, actions = complete_rollouts(env, lambda s, _: random_feasible_actions(s.mask, gen))
     assert actions.shape == (4, 5, 12)
     assert (actions.sort(-1).values == torch.arange(12)).all()
     dist = torch.cdist(locs.double(), locs.double())

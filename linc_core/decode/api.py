@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from linc_core.decode.best_of_k import BestRollouts, decode_best_of_k, make_rows
 from linc_core.decode.config import DecodeConfig
-from linc_core.decode.sampling import RowBest, decode_best_of_k, make_rows
 from linc_core.decode.sgbs import sgbs_rows
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
@@ -83,9 +83,9 @@ def decode(
 ) -> DecodeResult:
     """Decode a batch of B same-size instances with ``config``'s method and budget.
 
-    z-vectors and sampling draws are seeded per (instance position b, augmentation a) from
-    ``config.seed`` (see ``linc_core.decode.sampling``), so a result does not depend on
-    ``max_rollouts_per_chunk``.
+    z-vectors and sampling draws are seeded per (instance content, augmentation) from
+    ``config.seed`` (see ``linc_core.decode.best_of_k``), so an instance's result depends on
+    neither ``max_rollouts_per_chunk`` nor the other instances of the batch nor its position.
 
     Args:
         policy: a model for ``instances.problem`` (put in eval mode here).
@@ -132,7 +132,7 @@ def decode(
             policy,
             rows,
             k,
-            decoding="sample" if config.method == "sampling" else "greedy",
+            sample=config.method == "sampling",
             multistart=multistart,
             seed=config.seed,
             max_rollouts_per_chunk=config.max_rollouts_per_chunk,
@@ -157,7 +157,7 @@ class _Counter:
 
 def _collect(
     instances: Instance,
-    best: RowBest,
+    best: BestRollouts,
     augment: int,
     seconds: float,
     rollouts: int,
@@ -166,7 +166,7 @@ def _collect(
     b = instances.batch_size
     aug_cost = torch.empty(b, augment, dtype=torch.float64)
     aug_routes: list[list[list[list[int]]]] = [[] for _ in range(b)]
-    for row, actions in enumerate(best.actions):
+    for row, actions in enumerate(best.actions.cpu()):
         a, i = divmod(row, b)
         solution = actions_to_solution(actions, instances.problem, instances.num_nodes)
         aug_routes[i].append(solution)
@@ -175,7 +175,7 @@ def _collect(
     routes = [aug_routes[i][int(choice[i])] for i in range(b)]
     greedy_start = None
     if greedy_start_rows is not None:
-        greedy_start = greedy_start_rows.view(augment, b).min(0).values
+        greedy_start = greedy_start_rows.view(augment, b).min(0).values.cpu()
     return DecodeResult(
         cost=aug_cost.min(-1).values,
         routes=routes,

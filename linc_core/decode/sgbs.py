@@ -19,24 +19,17 @@ never worse than its own greedy start. All of it runs on ``[R, beams, ...]`` ten
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, replace
 
 import torch
 from torch import Tensor
 
-from linc_core.decode.sampling import (
-    RowBest,
-    Rows,
-    complete,
-    greedy_chooser,
-    multistart_starts,
-    repeat_rollouts,
-    row_z,
-    select_rollouts,
-    start_state,
-)
-from linc_core.model.policy import LincPolicy
+from linc_core.decode.best_of_k import BestRollouts, Rows, rollout_capacity
+from linc_core.model.decisions import PolicyChooser
+from linc_core.model.policy import Encoded, LincPolicy
+from linc_core.model.sampling import greedy
 from linc_core.problems import make_env
+from linc_core.problems.protocol import RolloutState, RoutingEnv
+from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
 
 
 def _gather(values: Tensor, index: Tensor) -> Tensor:
@@ -60,15 +53,16 @@ def sgbs_rows(
     seed: int,
     max_rollouts_per_chunk: int,
     progress: Callable[[int], None] | None = None,
-) -> tuple[RowBest, Tensor]:
+) -> tuple[BestRollouts, Tensor]:
     """SGBS on every row, rows chunked so that at most ``max_rollouts_per_chunk`` rollouts
     (initial rollouts or simulations) run at once.
 
     Returns:
         (the incumbent per row, ``[R]`` float64 cost of the best initial greedy rollout).
     """
-    incumbent = RowBest.empty(rows.count)
-    greedy_start = torch.full((rows.count,), float("inf"), dtype=torch.float64)
+    device = rows.instance.device
+    incumbent = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)
+    greedy_start = torch.full((rows.count,), float("inf"), dtype=torch.float64, device=device)
     z_dim = policy.config.z_dim
     if z_dim == 0:
         initial_rollouts = min(initial_rollouts, rows.instance.num_customers)
@@ -92,11 +86,23 @@ def sgbs_rows(
     return incumbent, greedy_start
 
 
+def _greedy_completion(
+    policy: LincPolicy,
+    env: RoutingEnv,
+    encoded: Encoded,
+    state: RolloutState,
+    z: Tensor | None,
+) -> tuple[RolloutState, Tensor]:
+    """Greedy completion of every rollout of ``state`` (a simulation)."""
+    chooser = PolicyChooser(policy, env, encoded, z, greedy, track_log_likelihood=False)
+    return complete_rollouts(env, chooser, state)
+
+
 def _sgbs_chunk(
     policy: LincPolicy,
     rows: Rows,
     first_row: int,
-    incumbent: RowBest,
+    incumbent: BestRollouts,
     *,
     beam_width: int,
     expansion: int,
@@ -107,21 +113,22 @@ def _sgbs_chunk(
     instance = rows.instance
     r = rows.count
     z_dim = policy.config.z_dim
-    cache, time_scale = policy.encode(instance)
+    encoded = policy.encode(instance)
+    # The environment's K sizes only its reset; it steps states of any width.
     env = make_env(instance, initial_rollouts)
 
     # 1. greedy rollouts from the root, one per z (or per start)
-    z_all = row_z(rows, initial_rollouts, z_dim, seed) if z_dim > 0 else None
-    starts = multistart_starts(instance, initial_rollouts) if z_dim == 0 else None
-    root, prefix = start_state(env, instance, starts)
-    final, actions = complete(policy, env, root, cache, time_scale, z_all, greedy_chooser)
+    z_all = rows.z(initial_rollouts, z_dim, seed) if z_dim > 0 else None
+    starts = pomo_starts(instance, initial_rollouts) if z_dim == 0 else None
+    root, prefix = start_rollouts(env, starts)
+    final, actions = _greedy_completion(policy, env, encoded, root, z_all)
     incumbent.offer(first_row, final.cost, _pad_cat(prefix, actions))
     if progress is not None:
         progress(r * initial_rollouts)
-    start_cost = final.cost.double().min(-1).values.cpu()
+    start_cost = final.cost.double().min(-1).values
 
     order = final.cost.argsort(-1)[:, :beam_width]  # [R, W]
-    beam_state = select_rollouts(root, order)
+    beam_state = root.select(order)
     beam_prefix = _gather(prefix, order)
     beam_z = _gather(z_all, order) if z_all is not None else None
     if actions.shape[-1] > 0:  # place every beam after its first greedy decision
@@ -136,19 +143,19 @@ def _sgbs_chunk(
         if bool(beam_state.finished.all()):
             break
         w = beam_state.current.shape[1]
-        scores = policy.step_scores(env, beam_state, cache, time_scale, beam_z)
-        log_probs = policy.log_probs(scores, beam_state.mask)  # [R, W, N]
+        beam_chooser = PolicyChooser(
+            policy, env, encoded, beam_z, greedy, track_log_likelihood=False
+        )
+        _, log_probs, _ = beam_chooser.evaluate(beam_state)  # [R, W, N]
         top_logp, top_action = log_probs.topk(expansion, dim=-1)  # [R, W, E]
         greedy_action = top_action[..., 0]
         # Children beyond the feasible actions are invalid; they replay the greedy action so
         # the environment only ever sees feasible moves, and are scored +inf.
         valid = torch.isfinite(top_logp[..., 1:])  # [R, W, E-1]
         child_action = torch.where(valid, top_action[..., 1:], greedy_action.unsqueeze(-1))
-        child_state = env.step(repeat_rollouts(beam_state, others), child_action.flatten(1))
+        child_state = env.step(beam_state.repeat(others), child_action.flatten(1))
         child_z = beam_z.repeat_interleave(others, dim=1) if beam_z is not None else None
-        simulated, completion = complete(
-            policy, env, child_state, cache, time_scale, child_z, greedy_chooser
-        )
+        simulated, completion = _greedy_completion(policy, env, encoded, child_state, child_z)
         if progress is not None:
             progress(r * w * others)
         sim_cost = simulated.cost.masked_fill(~valid.flatten(1), float("inf"))  # [R, W(E-1)]
@@ -164,10 +171,8 @@ def _sgbs_chunk(
         from_greedy = keep < w
         greedy_pick = keep.clamp_max(w - 1)
         child_pick = (keep - w).clamp_min(0)
-        beam_state = _merge_states(
-            select_rollouts(greedy_state, greedy_pick),
-            select_rollouts(child_state, child_pick),
-            from_greedy,
+        beam_state = greedy_state.select(greedy_pick).where(
+            from_greedy, child_state.select(child_pick)
         )
         greedy_prefix = _pad_cat(beam_prefix, greedy_action.unsqueeze(-1))
         beam_prefix = torch.where(
@@ -185,16 +190,3 @@ def _sgbs_chunk(
     if not bool(beam_state.finished.all()):
         raise RuntimeError("SGBS did not finish within the environment's step bound")
     return start_cost
-
-
-def _merge_states(a: object, b: object, take_a: Tensor) -> object:
-    """Rollout-wise ``a if take_a else b`` for two equal-shape states; ``take_a`` ``[R, K]``."""
-    merged = {}
-    for f in fields(a):
-        va, vb = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(va, Tensor):
-            cond = take_a.view(*take_a.shape, *([1] * (va.dim() - 2)))
-            merged[f.name] = torch.where(cond, va, vb)
-        else:
-            merged[f.name] = va
-    return replace(a, **merged)

@@ -1,13 +1,16 @@
 """The LINC policy: encoder, decoder context with PolyNet z, candidate scorers, rollouts."""
 
-from linc_core.model.policy import LincPolicy, RolloutResult, sample_from_log_probs, sample_z
+from linc_core.model.policy import Encoded, LincPolicy, RolloutResult
 from linc_core.model.reference_format import (
     load_reference_state_dict,
     map_reference_keys,
     reference_initial_state_dict,
 )
+from linc_core.model.sampling import BatchRows, sample_from_log_probs, sample_z
 
 __all__ = [
+    "BatchRows",
+    "Encoded",
     "LincPolicy",
     "RolloutResult",
     "load_reference_state_dict",

@@ -24,7 +24,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from linc_core.config import PROBLEM_FEATURES, ModelConfig
+from linc_core.config import ModelConfig
+from linc_core.problems.protocol import CONSEQUENCE_FEATURES
 
 
 def feature_major(table: Tensor) -> Tensor:
@@ -118,7 +119,7 @@ class CandidateScorer(nn.Module):
         super().__init__()
         d = config.embedding_dim
         self.kind = config.scorer
-        table = PROBLEM_FEATURES[config.problem]
+        table = CONSEQUENCE_FEATURES[config.problem]
         self.register_buffer(
             "feature_index",
             torch.tensor([table.index(f) for f in config.candidate_features], dtype=torch.long),

@@ -8,8 +8,6 @@ K; the dynamic state is ``[B, K, ...]``. Nothing here loops over batch rows or n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -127,36 +125,6 @@ def random_feasible_actions(mask: Tensor, generator: torch.Generator | None = No
     rank = (u * running[..., -1:]).to(count_dtype)  # in [0, count)
     before = (running <= rank).view(torch.uint8).sum(-1, dtype=torch.int32)
     return before.long()
-
-
-def rollout(
-    env: Any,
-    choose: Callable[[Any], Tensor],
-    *,
-    state: Any | None = None,
-) -> tuple[Any, Tensor]:
-    """Run ``choose(state) -> [B, K] actions`` until every rollout has finished.
-
-    The loop count is bounded by ``env.max_steps``; a rollout that has not finished by then
-    is a bug in the environment or the instance, and raises.
-
-    Returns:
-        (final state, actions ``[B, K, T]`` long, padded with each env's pad action).
-    """
-    state = env.reset() if state is None else state
-    actions = []
-    for _ in range(env.max_steps):
-        if bool(state.finished.all()):
-            break
-        action = choose(state)
-        actions.append(action)
-        state = env.step(state, action)
-    if not bool(state.finished.all()):
-        raise RuntimeError(f"rollout did not finish within {env.max_steps} steps")
-    if not actions:
-        b, k = state.finished.shape
-        return state, torch.zeros(b, k, 0, dtype=torch.long, device=state.finished.device)
-    return state, torch.stack(actions, dim=-1)
 
 
 def actions_to_routes(actions: Tensor | list[int]) -> list[list[int]]:

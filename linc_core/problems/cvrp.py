@@ -32,31 +32,28 @@ from linc_core.problems.base import (
     gather_rows,
 )
 from linc_core.problems.cvrptw import CAPACITY_EPS
+from linc_core.problems.protocol import (
+    CONSEQUENCE_FEATURES,
+    RELATIVE_FEATURES,
+    DecoderContext,
+    RolloutState,
+)
 
 
 @dataclass(slots=True)
-class CVRPState:
-    """Decision state before the next action (shapes as in ``CVRPTWState``).
+class CVRPState(RolloutState):
+    """Decision state before the next action (the common fields as in ``RolloutState``).
 
     Attributes:
-        current: ``[B, K]`` long. load: ``[B, K]``. visited: ``[B, K, N]`` bool (depot False).
-        num_visited: ``[B, K]``. servable_left: ``[B, K]`` unvisited customers that fit in an
-        empty vehicle (see ``CVRPTWState``). mask: ``[B, K, N]`` bool. finished: ``[B, K]`` bool.
-        length: ``[B, K]`` distance so far.
+        load: ``[B, K]``. visited: ``[B, K, N]`` bool (depot False). num_visited: ``[B, K]``.
+        servable_left: ``[B, K]`` unvisited customers that fit in an empty vehicle (see
+        ``CVRPTWState``).
     """
 
-    current: Tensor
     load: Tensor
     visited: Tensor
     num_visited: Tensor
     servable_left: Tensor
-    mask: Tensor
-    finished: Tensor
-    length: Tensor
-
-    @property
-    def cost(self) -> Tensor:
-        return self.length
 
 
 class CVRPEnv:
@@ -67,14 +64,8 @@ class CVRPEnv:
         num_rollouts: K.
     """
 
-    feature_names: tuple[str, ...] = (
-        "travel",
-        "demand_ratio",
-        "load_after",
-        "dist_to_depot",
-        "angle",
-    )
-    relative_features: tuple[str, ...] = ("travel", "demand_ratio", "load_after", "dist_to_depot")
+    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["cvrp"]
+    relative_features: tuple[str, ...] = RELATIVE_FEATURES["cvrp"]
 
     def __init__(self, instance: Instance, num_rollouts: int):
         if not instance.has_depot:
@@ -167,3 +158,7 @@ class CVRPEnv:
         current_angle = gather_nodes(self.node_angle, state.current).unsqueeze(-1)
         angle = angle_difference_norm(self.node_angle.unsqueeze(1), current_angle)
         return torch.stack([travel, demand, load_after, to_depot, angle], dim=-1)
+
+    def decoder_context(self, state: CVRPState) -> DecoderContext:
+        """The current node and the remaining load."""
+        return DecoderContext(current=state.current, load=state.load)

@@ -45,6 +45,12 @@ from linc_core.problems.base import (
     gather_pairs,
     gather_rows,
 )
+from linc_core.problems.protocol import (
+    CONSEQUENCE_FEATURES,
+    RELATIVE_FEATURES,
+    DecoderContext,
+    RolloutState,
+)
 
 CAPACITY_EPS = 1e-5
 DEPOT_RETURN_EPS = 1e-6
@@ -54,11 +60,11 @@ UNBOUNDED_DUE = 1e8
 
 
 @dataclass(slots=True)
-class CVRPTWState:
-    """Decision state of every rollout, before its next action.
+class CVRPTWState(RolloutState):
+    """Decision state of every rollout, before its next action (``current``, ``mask``,
+    ``finished`` and ``length`` as in ``RolloutState``).
 
     Attributes:
-        current: ``[B, K]`` long, node the vehicle stands on.
         time: ``[B, K]`` elapsed route time (travel-time units), 0 at the depot.
         load: ``[B, K]`` remaining load as a fraction of capacity (1 at the depot).
         visited: ``[B, K, N]`` bool; the depot column stays False.
@@ -66,26 +72,14 @@ class CVRPTWState:
         servable_left: ``[B, K]`` long, unvisited customers a fresh vehicle could serve from
             the depot (0 at the depot means nothing else is feasible: the depot stays open).
         service_start: ``[B, K, N]`` ``max(time + travel, ready)`` for every node.
-        mask: ``[B, K, N]`` bool, True = feasible next action.
-        finished: ``[B, K]`` bool.
-        length: ``[B, K]`` Euclidean distance driven so far.
     """
 
-    current: Tensor
     time: Tensor
     load: Tensor
     visited: Tensor
     num_visited: Tensor
     servable_left: Tensor
     service_start: Tensor
-    mask: Tensor
-    finished: Tensor
-    length: Tensor
-
-    @property
-    def cost(self) -> Tensor:
-        """``[B, K]`` total distance (complete once ``finished``)."""
-        return self.length
 
 
 class CVRPTWEnv:
@@ -101,8 +95,8 @@ class CVRPTWEnv:
             and every evaluation).
     """
 
-    feature_names: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure", "angle")
-    relative_features: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure")
+    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["cvrptw"]
+    relative_features: tuple[str, ...] = RELATIVE_FEATURES["cvrptw"]
 
     def __init__(self, instance: Instance, num_rollouts: int, *, enforce_depot_return: bool = True):
         if not instance.has_depot:
@@ -281,6 +275,10 @@ class CVRPTWEnv:
             table = finite_or_zero(table)
         table[..., 0] = 0.0  # the depot's row
         return table.transpose(-1, -2)
+
+    def decoder_context(self, state: CVRPTWState) -> DecoderContext:
+        """The current node, the remaining load and the elapsed route time."""
+        return DecoderContext(current=state.current, load=state.load, elapsed=state.time)
 
     # ------------------------------------------------------------------ cost from actions
     def route_length(self, actions: Tensor) -> Tensor:

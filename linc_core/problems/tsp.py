@@ -26,30 +26,27 @@ from linc_core.problems.base import (
     gather_pairs,
     gather_rows,
 )
+from linc_core.problems.protocol import (
+    CONSEQUENCE_FEATURES,
+    RELATIVE_FEATURES,
+    DecoderContext,
+    RolloutState,
+)
 
 
 @dataclass(slots=True)
-class TSPState:
-    """Decision state before the next action.
+class TSPState(RolloutState):
+    """Decision state before the next action (``current``, ``mask``, ``finished`` and
+    ``length`` as in ``RolloutState``; ``current`` is meaningless before the first move).
 
     Attributes:
-        current: ``[B, K]`` long (meaningless before the first move).
         first: ``[B, K]`` long, the start city (meaningless before the first move).
         visited: ``[B, K, N]`` bool. num_visited: ``[B, K]`` long.
-        mask: ``[B, K, N]`` bool. finished: ``[B, K]`` bool. length: ``[B, K]``.
     """
 
-    current: Tensor
     first: Tensor
     visited: Tensor
     num_visited: Tensor
-    mask: Tensor
-    finished: Tensor
-    length: Tensor
-
-    @property
-    def cost(self) -> Tensor:
-        return self.length
 
 
 class TSPEnv:
@@ -60,8 +57,8 @@ class TSPEnv:
         num_rollouts: K.
     """
 
-    feature_names: tuple[str, ...] = ("travel", "dist_to_start", "dist_to_centroid", "angle")
-    relative_features: tuple[str, ...] = ("travel", "dist_to_start", "dist_to_centroid")
+    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["tsp"]
+    relative_features: tuple[str, ...] = RELATIVE_FEATURES["tsp"]
 
     def __init__(self, instance: Instance, num_rollouts: int):
         if num_rollouts < 1:
@@ -136,3 +133,7 @@ class TSPEnv:
         angle = angle_difference_norm(self.centroid_angle.unsqueeze(1), current_angle)
         table = torch.stack([travel, to_start, to_centroid, angle], dim=-1)
         return table * started.unsqueeze(-1)
+
+    def decoder_context(self, state: TSPState) -> DecoderContext:
+        """The current and the first city (the decoder's query reads both)."""
+        return DecoderContext(current=state.current, first=state.first)

@@ -6,10 +6,10 @@ from linc_core.train.loop import (
     Callback,
     FitResult,
     PrintProgress,
-    evaluate_best_of_k,
     fit,
     initial_policy,
     policy_from_checkpoint,
+    validation_decoding,
 )
 from linc_core.train.step import StepMetrics, train_step
 
@@ -22,9 +22,9 @@ __all__ = [
     "PrintProgress",
     "StepMetrics",
     "TrainingData",
-    "evaluate_best_of_k",
     "fit",
     "initial_policy",
     "policy_from_checkpoint",
     "train_step",
+    "validation_decoding",
 ]

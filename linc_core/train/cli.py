@@ -94,7 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="linc checkpoint whose matching weights seed the model",
     )
-    p.add_argument("--morph-from", type=Path, default=None, help="reference policy checkpoint")
+    p.add_argument(
+        "--morph-from",
+        type=Path,
+        default=None,
+        help="checkpoint of the frozen policy whose scores morphing starts from",
+    )
     p.add_argument("--morph-epochs", type=int, default=100, help="lambda 0 -> 1 over these epochs")
     return p
 
@@ -172,9 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             {"preset": args.preset, "model": to_dict(model_config), "train": to_dict(train_config)}
         )
     )
-    morph_reference = None
+    morph_from = None
     if args.morph_from is not None:
-        morph_reference, _ = policy_from_checkpoint(args.morph_from, args.device)
+        morph_from, _ = policy_from_checkpoint(args.morph_from, args.device)
         train_config = replace(train_config, morph_epochs=args.morph_epochs)
     policy = initial_policy(model_config, train_config)
     if args.warm_start is not None:
@@ -192,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume_from=args.resume,
         max_seconds=args.minutes * 60 if args.minutes else None,
         data_id=data_id,
-        morph_reference=morph_reference,
+        morph_from=morph_from,
     )
     last = result.history[-1]
     print(

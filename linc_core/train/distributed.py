@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from linc_core.model.policy import BatchRows
+from linc_core.model.sampling import BatchRows
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from typing import Any, Protocol
 import torch
 
 from linc_core.config import ModelConfig, TrainConfig
+from linc_core.decode import DecodeConfig, decode
 from linc_core.instances import Instance
-from linc_core.model.policy import LincPolicy, sample_z
+from linc_core.model.policy import LincPolicy
 from linc_core.model.reference_format import (
     load_reference_state_dict,
     reference_initial_state_dict,
@@ -41,7 +42,7 @@ from linc_core.train.advantage import training_progress
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import SINGLE, World, agree_any, broadcast_module_
-from linc_core.train.step import StepMetrics, rollout_starts, train_step
+from linc_core.train.step import StepMetrics, train_step
 
 logger = logging.getLogger(__name__)
 
@@ -94,34 +95,17 @@ class FitResult:
     stopped_early: bool = False
 
 
-@torch.no_grad()
-def evaluate_best_of_k(
-    policy: LincPolicy,
-    instances: Instance,
-    num_rollouts: int,
-    seed: int,
-    *,
-    decoding: str = "greedy",
-    multi_start: bool = False,
-    batch_size: int = 64,
-) -> torch.Tensor:
-    """``[B]`` best-of-K cost: K z-vectors (or K starts) per instance, greedy per rollout."""
-    policy.eval()
-    costs = []
-    generator = torch_generator(seed, instances.device)
-    for start in range(0, instances.batch_size, batch_size):
-        chunk = instances.select(slice(start, start + batch_size))
-        z = None
-        if policy.config.z_dim > 0:
-            z = sample_z(
-                chunk.batch_size, num_rollouts, policy.config.z_dim, generator, chunk.device
-            )
-        starts = rollout_starts(chunk, num_rollouts) if multi_start else None
-        result = policy.rollout(
-            chunk, num_rollouts, z=z, starts=starts, decoding=decoding, generator=generator
-        )
-        costs.append(result.cost.min(-1).values)
-    return torch.cat(costs)
+def validation_decoding(config: TrainConfig) -> DecodeConfig:
+    """How ``fit`` decodes its validation set: greedy per z-vector (or per POMO start), K of
+    them per instance, best of K, seeded by ``(seed, "validation")`` (``linc_core.decode``'s
+    seeding: the same instance gets the same z-vectors in every epoch and every batch)."""
+    return DecodeConfig(
+        method="multistart" if config.multi_start else "greedy",
+        num_z=config.num_rollouts,
+        num_starts=config.num_rollouts if config.multi_start else None,
+        augment=1,
+        seed=derive_seed(config.seed, "validation"),
+    )
 
 
 def fit(
@@ -136,7 +120,7 @@ def fit(
     max_seconds: float | None = None,
     max_steps: int | None = None,
     data_id: str | None = None,
-    morph_reference: LincPolicy | None = None,
+    morph_from: LincPolicy | None = None,
     world: World = SINGLE,
 ) -> FitResult:
     """Train ``policy`` for ``config.epochs`` epochs (or until a time/step budget).
@@ -145,14 +129,15 @@ def fit(
         policy: the model (moved to ``config.device``).
         config: training settings.
         data: batches by (epoch, index).
-        validation: fixed instances decoded (greedy per z, best of K) every
-            ``config.validation_every`` epochs.
+        validation: fixed instances decoded every ``config.validation_every`` epochs
+            (``validation_decoding``); ``validation_cost`` is their mean best-of-K cost.
         callbacks: progress, tracking, checkpoint hooks.
         checkpoint_dir: ``latest.pt`` is written there after every epoch.
         resume_from: a checkpoint to continue from (model, optimiser, epoch, history).
         max_seconds / max_steps: stop early after the epoch (or step) that crosses them.
         data_id: identifier of the training data (manifest checksum), stored in checkpoints.
-        morph_reference: frozen reference policy for score morphing (``config.morph_epochs``).
+        morph_from: the frozen policy whose scores morphing starts from (``config.morph_epochs``;
+            lambda 0 -> 1 over those epochs, paper section 3.4).
         world: data-parallel workers (default: one process). Every rank calls ``fit`` with the
             same arguments; batches must divide by ``world.size``; rank 0 alone writes the
             checkpoint and runs callbacks (see the module docstring).
@@ -177,9 +162,9 @@ def fit(
     broadcast_module_(policy, world)
     if not world.is_main:
         callbacks = [c for c in callbacks if getattr(c, "all_ranks", False)]
-    if morph_reference is not None:
-        morph_reference.to(device).eval()
-        for parameter in morph_reference.parameters():
+    if morph_from is not None:
+        morph_from.to(device).eval()
+        for parameter in morph_from.parameters():
             parameter.requires_grad_(False)
     total_batches = config.epochs * data.batches_per_epoch
     began = time.perf_counter()
@@ -193,8 +178,8 @@ def fit(
                 derive_seed(config.seed, "rollout", result.global_step), device
             )
             morph = None
-            if morph_reference is not None and config.morph_epochs > 0:
-                morph = (morph_reference, min(1.0, epoch / config.morph_epochs))
+            if morph_from is not None and config.morph_epochs > 0:
+                morph = (morph_from, min(1.0, epoch / config.morph_epochs))
             metrics = train_step(
                 policy,
                 optimizer,
@@ -222,14 +207,8 @@ def fit(
             "seconds": time.perf_counter() - epoch_start,
         }
         if validation is not None and (epoch + 1) % config.validation_every == 0:
-            costs = evaluate_best_of_k(
-                policy,
-                validation.to(device),
-                config.num_rollouts,
-                derive_seed(config.seed, "validation"),
-                multi_start=config.multi_start,
-            )
-            record["validation_cost"] = float(costs.mean())
+            decoded = decode(policy, validation, validation_decoding(config))
+            record["validation_cost"] = float(decoded.cost.mean())
         result.history.append(record)
         result.epochs_done = epoch + 1
         for callback in callbacks:
@@ -311,8 +290,8 @@ __all__ = [
     "Callback",
     "FitResult",
     "PrintProgress",
-    "evaluate_best_of_k",
     "fit",
     "policy_from_checkpoint",
+    "validation_decoding",
     "warm_start",
 ]

@@ -19,7 +19,9 @@ from torch import Tensor
 
 from linc_core.config import TrainConfig
 from linc_core.instances import Instance
-from linc_core.model.policy import BatchRows, LincPolicy, sample_z
+from linc_core.model.policy import LincPolicy
+from linc_core.model.sampling import BatchRows, sample_z
+from linc_core.problems.rollout import pomo_starts
 from linc_core.train.advantage import (
     NORMALISE_EPS,
     best_only_mask,
@@ -51,18 +53,6 @@ class StepMetrics:
     steps: int
 
 
-def rollout_starts(instance: Instance, num_rollouts: int) -> Tensor:
-    """POMO starts ``[B, K]``: customer k+1 (or city k) for rollout k."""
-    offset = 1 if instance.has_depot else 0
-    if num_rollouts > instance.num_customers:
-        raise ValueError(
-            f"multi-start needs num_rollouts <= {instance.num_customers} customers, "
-            f"got {num_rollouts}"
-        )
-    starts = torch.arange(offset, offset + num_rollouts, device=instance.device)
-    return starts.expand(instance.batch_size, num_rollouts)
-
-
 def rollout_conditioning(
     policy: LincPolicy,
     instance: Instance,
@@ -82,7 +72,7 @@ def rollout_conditioning(
         z = sample_z(total, num_rollouts, policy.config.z_dim, generator, instance.device)
         if rows is not None:
             z = z[rows.index]
-    starts = rollout_starts(instance, num_rollouts) if multi_start else None
+    starts = pomo_starts(instance, num_rollouts) if multi_start else None
     return z, starts
 
 

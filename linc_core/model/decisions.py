@@ -1,0 +1,152 @@
+"""A policy as the rollout engine's choice rule, and the record of the decisions it took.
+
+``PolicyChooser`` is what ``linc_core.problems.rollout.complete_rollouts`` calls at every
+decision: it reads the state (``LincPolicy.step_inputs``), scores the candidates, turns the
+scores into log-probabilities and lets a choice rule (``linc_core.model.sampling``) pick the
+actions. Training, validation, sampling, multi-start and SGBS differ only in the choice rule and
+in what they keep (the log-likelihood, the trajectory for a later replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from linc_core.model.sampling import Pick
+from linc_core.problems.protocol import RolloutState, RoutingEnv
+
+if TYPE_CHECKING:
+    from linc_core.model.policy import Encoded, LincPolicy
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the decoder and the scorer read from a decision state.
+
+    Attributes:
+        current: ``[B, K]`` node the vehicle stands on.
+        scalars: ``[B, K, S]`` load / time context inputs (S = 2, 1, 0 for CVRPTW, CVRP, TSP).
+        mask: ``[B, K, N]`` bool feasibility.
+        first: ``[B, K]`` start city (TSP) or None.
+        table: ``[B, K, N, F]`` consequence table (None when the scorer reads none).
+    """
+
+    current: Tensor
+    scalars: Tensor
+    mask: Tensor
+    first: Tensor | None
+    table: Tensor | None
+
+
+@dataclass
+class Trajectory:
+    """A rollout's decision steps, kept so that log-probabilities can be recomputed later.
+
+    Attributes:
+        inputs: per step t, the step's ``StepInputs``.
+        actions: per step t, ``[B, K]`` the chosen action.
+        morph_base_scores: per step t, ``[B, K, N]`` the frozen policy's scores u_0 that score
+            morphing starts from (None without morphing).
+        z: ``[B, K, z_dim]`` or None.
+        has_depot: node 0 is a depot.
+        morph_lambda: the morphing weight used while sampling (None without morphing).
+    """
+
+    inputs: list[StepInputs]
+    actions: list[Tensor]
+    morph_base_scores: list[Tensor] | None
+    z: Tensor | None
+    has_depot: bool
+    morph_lambda: float | None
+
+
+class PolicyChooser:
+    """``choose(state, step) -> [B, K]`` actions of ``policy`` for the rollout engine.
+
+    Args:
+        policy: the model.
+        env: the environment being decoded (its instance is the one ``encoded`` encodes).
+        encoded: ``policy.encode(env.instance)``.
+        z: ``[B, K, z_dim]`` z-vectors, or None for a model without z.
+        pick: the choice rule, called with the detached log-probabilities.
+        morph: ``(frozen policy, lambda)``: scores ``u_0 + lambda (u - u_0)``, u_0 the frozen
+            policy's scores of the same states (paper section 3.4).
+        track_log_likelihood: accumulate ``log_likelihood`` ``[B, K]`` (with gradients when
+            autograd is on).
+        keep_trajectory: record every decision in ``trajectory``.
+    """
+
+    def __init__(
+        self,
+        policy: LincPolicy,
+        env: RoutingEnv,
+        encoded: Encoded,
+        z: Tensor | None,
+        pick: Pick,
+        *,
+        morph: tuple[LincPolicy, float] | None = None,
+        track_log_likelihood: bool = True,
+        keep_trajectory: bool = False,
+    ):
+        self.policy = policy
+        self.env = env
+        self.cache, self.time_scale = encoded
+        self.z = z
+        self.pick = pick
+        self.has_depot = env.instance.has_depot
+        self.morph = morph
+        if morph is not None:
+            with torch.no_grad():
+                self.morph_encoded = morph[0].encode(env.instance)
+        embeddings = self.cache.embeddings
+        b, k = env.batch_size, env.num_rollouts
+        self.log_likelihood: Tensor | None = None
+        if track_log_likelihood:
+            self.log_likelihood = torch.zeros(
+                b, k, dtype=embeddings.dtype, device=embeddings.device
+            )
+        self.trajectory: Trajectory | None = None
+        if keep_trajectory:
+            self.trajectory = Trajectory(
+                inputs=[],
+                actions=[],
+                morph_base_scores=[] if morph is not None else None,
+                z=z,
+                has_depot=self.has_depot,
+                morph_lambda=morph[1] if morph is not None else None,
+            )
+
+    def evaluate(self, state: RolloutState) -> tuple[StepInputs, Tensor, Tensor | None]:
+        """(step inputs, ``[B, K, N]`` log-probabilities, the morph base scores or None)."""
+        policy = self.policy
+        inputs = policy.step_inputs(self.env, state, self.time_scale, self.cache.embeddings.dtype)
+        scores = policy.scores(inputs, self.cache, self.z, self.has_depot)
+        base = None
+        if self.morph is not None:
+            frozen, morph_lambda = self.morph
+            with torch.no_grad():
+                base = frozen.step_scores(
+                    self.env, state, self.morph_encoded.cache, self.morph_encoded.time_scale, self.z
+                )
+            scores = base + morph_lambda * (scores - base)
+        return inputs, policy.log_probs(scores, state.mask), base
+
+    def __call__(self, state: RolloutState, step: int) -> Tensor:
+        inputs, log_probs, base = self.evaluate(state)
+        action = self.pick(log_probs.detach(), step)
+        if self.log_likelihood is not None:
+            # Finished rollouts have one feasible action (log-prob 0): no masking needed.
+            chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            self.log_likelihood = self.log_likelihood + chosen
+        if self.trajectory is not None:
+            self.trajectory.inputs.append(inputs)
+            self.trajectory.actions.append(action)
+            if self.trajectory.morph_base_scores is not None:
+                self.trajectory.morph_base_scores.append(base)
+        return action
+
+
+__all__ = ["PolicyChooser", "StepInputs", "Trajectory"]
