@@ -197,6 +197,10 @@ class TrainConfig:
         rollout_mask: ``dense`` or ``best_only`` (only each instance's best rollout keeps its
             log-probability) from ``best_only_start_ratio`` of progress on.
         multi_start: POMO starts (rollout k starts at customer k) instead of z vectors.
+        replay_chunk: the gradient pass recomputes the decisions of at most this many rollouts
+            per instance at once and accumulates their gradients (0: all at once); peak
+            memory grows with it, the loss and gradient do not change
+            (``linc_core.model.replay``).
         amp: mixed precision; honoured only on CUDA.
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         seed: every random stream of a run derives from it.
@@ -225,6 +229,7 @@ class TrainConfig:
     rollout_mask: Literal["dense", "best_only"] = "best_only"
     best_only_start_ratio: float = 0.25
     multi_start: bool = False
+    replay_chunk: int = 2
     amp: bool = True
     device: str = "cpu"
     seed: int = 1234
@@ -262,6 +267,7 @@ class TrainConfig:
             f"init: expected linc or reference, got {self.init!r}",
         )
         _check(self.morph_epochs >= 0, "morph_epochs: expected >= 0")
+        _check(self.replay_chunk >= 0, f"replay_chunk: expected >= 0, got {self.replay_chunk}")
         _check(self.validation_size >= 0, "validation_size: expected >= 0")
         _check(self.validation_every >= 1, "validation_every: expected >= 1")
         _check(self.device == "cpu" or self.device.startswith("cuda"), f"device: {self.device!r}")

@@ -45,8 +45,14 @@ class StepInputs:
 class Trajectory:
     """A rollout's decision steps, kept so that log-probabilities can be recomputed later.
 
+    The decision states are kept rather than the step inputs: a state holds a few ``[B, K, N]``
+    tensors where the consequence table alone is ``[B, K, N, F]``, and the replay recomputes
+    the inputs of the decisions it needs only (``linc_core.model.replay``).
+
     Attributes:
-        inputs: per step t, the step's ``StepInputs``.
+        env: the environment the rollouts were decoded in (it computes the step inputs).
+        time_scale: ``[B]`` the decoder's time scale (``LincPolicy.encode``).
+        states: per step t, the decision state the action was chosen in.
         actions: per step t, ``[B, K]`` the chosen action.
         morph_base_scores: per step t, ``[B, K, N]`` the frozen policy's scores u_0 that score
             morphing starts from (None without morphing).
@@ -55,7 +61,9 @@ class Trajectory:
         morph_lambda: the morphing weight used while sampling (None without morphing).
     """
 
-    inputs: list[StepInputs]
+    env: RoutingEnv
+    time_scale: Tensor
+    states: list[RolloutState]
     actions: list[Tensor]
     morph_base_scores: list[Tensor] | None
     z: Tensor | None
@@ -111,7 +119,9 @@ class PolicyChooser:
         self.trajectory: Trajectory | None = None
         if keep_trajectory:
             self.trajectory = Trajectory(
-                inputs=[],
+                env=env,
+                time_scale=self.time_scale,
+                states=[],
                 actions=[],
                 morph_base_scores=[] if morph is not None else None,
                 z=z,
@@ -142,7 +152,7 @@ class PolicyChooser:
             chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
             self.log_likelihood = self.log_likelihood + chosen
         if self.trajectory is not None:
-            self.trajectory.inputs.append(inputs)
+            self.trajectory.states.append(state)
             self.trajectory.actions.append(action)
             if self.trajectory.morph_base_scores is not None:
                 self.trajectory.morph_base_scores.append(base)

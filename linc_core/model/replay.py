@@ -1,57 +1,74 @@
 """Replay of sampled decisions with gradients: the weighted log-likelihood of a trajectory.
 
-Sampling K rollouts under autograd keeps the graph of every rollout and step alive until the
-backward pass. When only some rollouts carry weight (the best-only mask keeps one per instance),
-it is cheaper to sample without autograd, keep the trajectory, and recompute with gradients only
-the decisions that can move the gradient (``replay_log_likelihood``): the loss and its gradient
-are the same (tests compare them to 1e-12 in float64).
+A training step samples its K rollouts without autograd, keeps the decision states
+(``Trajectory``), and then recomputes with gradients only the decisions that can move the
+gradient: those of rollouts with a non-zero weight (the best-only mask keeps one per instance)
+at steps with at least two feasible actions (a forced step has log-probability exactly 0 and no
+gradient). The recomputed decisions of instance b are packed as pseudo-rollouts ``[B, M, ...]``
+that share its encoder cache, M the largest count over instances (an instance with fewer is
+padded with other recorded decisions, weighted 0).
+
+``backward_replay`` recomputes the packed decisions in chunks of at most ``chunk_rollouts x T``
+per instance and runs each chunk's backward pass before the next, accumulating the gradient:
+peak memory is bounded by the chunk, not by K x T, whatever the credit (dense or best-only).
+The chunks meet at the decoder cache, whose gradient is accumulated and sent through the
+encoder once. Loss and gradient equal those of weighting ``LincPolicy.rollout``'s
+log-likelihood under autograd (tests compare them to 1e-10 in float64).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from linc_core.model.decisions import StepInputs, Trajectory
+from linc_core.model.decisions import Trajectory
 from linc_core.model.decoder import DecoderCache
+from linc_core.problems.protocol import RolloutState
 
 if TYPE_CHECKING:
     from linc_core.model.policy import LincPolicy
 
 
-def replay_log_likelihood(
-    policy: LincPolicy, trajectory: Trajectory, cache: DecoderCache, weight: Tensor
-) -> Tensor:
-    """``sum_{b,k} weight_bk * log p(rollout_bk)``, recomputed (with gradients) from a
-    trajectory sampled without them.
+@dataclass(frozen=True)
+class PackedDecisions:
+    """The decisions a replay recomputes, packed per instance: ``[B, M, ...]``.
 
-    Equal in value and gradient to weighting ``rollout(...).log_likelihood`` under autograd,
-    but only the decisions that can move the gradient are recomputed, in one batched pass:
-    rollouts with a non-zero weight (the best-only mask leaves one per instance), and steps
-    with at least two feasible actions (a forced step has log-probability exactly 0 and zero
-    gradient). The recomputed decisions of instance b are packed as pseudo-rollouts
-    ``[B, M, ...]`` that share its encoder cache, M the largest count over instances; an
-    instance with fewer is padded with other recorded decisions, weighted 0.
+    Attributes:
+        state: the decision states (every field ``[B, M, ...]``).
+        action: ``[B, M]`` the recorded actions.
+        weight: ``[B, M]`` the weight of each decision (0 on padding).
+        z: ``[B, M, z_dim]`` or None.
+        morph_base_scores: ``[B, M, N]`` or None.
+    """
+
+    state: RolloutState
+    action: Tensor
+    weight: Tensor
+    z: Tensor | None
+    morph_base_scores: Tensor | None
+
+    @property
+    def count(self) -> int:
+        return self.action.shape[1]
+
+
+def pack_decisions(trajectory: Trajectory, weight: Tensor) -> PackedDecisions | None:
+    """The weighted, unforced decisions of ``trajectory`` packed per instance (None: none).
 
     Args:
-        policy: the policy the trajectory was sampled with (same weights).
-        trajectory: from ``rollout(..., keep_trajectory=True)``.
-        cache: the decoder cache the trajectory was sampled with (built with gradients).
-        weight: ``[B, K]``.
-
-    Returns:
-        a scalar.
+        weight: ``[B, K]`` per-rollout weight.
     """
     steps = len(trajectory.actions)
     b, k = weight.shape
     device = weight.device
     active = weight != 0  # [B, K]
     if steps == 0 or not bool(active.any()):
-        # Nothing carries weight: a zero that still reaches the parameters, so that
-        # backward() and the optimiser step behave as for any other batch.
-        return (cache.embeddings.sum() * 0.0).to(weight.dtype)
+        return None
     r = max(int(active.sum(-1).max()), 1)
     if r == k:
         rollout_index = None
@@ -70,7 +87,8 @@ def replay_log_likelihood(
             ]
         return torch.stack(values, dim=2).flatten(1, 2)
 
-    masks = per_decision([step.mask for step in trajectory.inputs])  # [B, R*T, N]
+    states = trajectory.states
+    masks = per_decision([state.mask for state in states])  # [B, R*T, N]
     decision_weight = row_weight.repeat_interleave(steps, dim=1)
     decision_weight = decision_weight * (masks.sum(-1) > 1).to(weight.dtype)
     contributing = decision_weight != 0
@@ -83,29 +101,127 @@ def replay_log_likelihood(
         flat = values if isinstance(values, Tensor) else per_decision(values)
         return flat.flatten(0, 1).index_select(0, flat_order).view(b, m, *flat.shape[2:])
 
-    inputs = trajectory.inputs
-    table = None
-    if inputs[0].table is not None:
-        # Tables are feature-major underneath ([B, K, F, N]); pack them that way.
-        table = packed([step.table.transpose(-1, -2) for step in inputs]).transpose(-1, -2)
-    decisions = StepInputs(
-        current=packed([step.current for step in inputs]),
-        scalars=packed([step.scalars for step in inputs]),
-        mask=packed(masks),
-        first=None if inputs[0].first is None else packed([step.first for step in inputs]),
-        table=table,
+    state = replace(
+        states[0],
+        **{
+            f.name: packed(masks)
+            if f.name == "mask"
+            else packed([getattr(s, f.name) for s in states])
+            for f in fields(states[0])
+        },
     )
-    z = None
-    if trajectory.z is not None:
-        z = packed([trajectory.z] * steps)
-    scores = policy.scores(decisions, cache, z, trajectory.has_depot)
-    if trajectory.morph_base_scores is not None:
-        base = packed(trajectory.morph_base_scores)
-        scores = base + trajectory.morph_lambda * (scores - base)
-    log_probs = policy.log_probs(scores, decisions.mask)
-    action = packed(trajectory.actions)
-    chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)  # [B, M]
-    return (packed(decision_weight) * chosen).sum()
+    base = trajectory.morph_base_scores
+    return PackedDecisions(
+        state=state,
+        action=packed(trajectory.actions),
+        weight=packed(decision_weight),
+        z=None if trajectory.z is None else packed([trajectory.z] * steps),
+        morph_base_scores=None if base is None else packed(base),
+    )
 
 
-__all__ = ["replay_log_likelihood"]
+def _chunk_sums(
+    policy: LincPolicy,
+    trajectory: Trajectory,
+    decisions: PackedDecisions,
+    cache: DecoderCache,
+    chunk: int,
+) -> Iterator[Tensor]:
+    """``sum weight * log p(action)`` of every chunk of ``chunk`` packed decisions."""
+    dtype = cache.embeddings.dtype
+    for start in range(0, decisions.count, chunk):
+        stop = min(start + chunk, decisions.count)
+        state = decisions.state.rollout_range(start, stop)
+        inputs = policy.step_inputs(trajectory.env, state, trajectory.time_scale, dtype)
+        z = None if decisions.z is None else decisions.z[:, start:stop]
+        scores = policy.scores(inputs, cache, z, trajectory.has_depot)
+        if decisions.morph_base_scores is not None:
+            base = decisions.morph_base_scores[:, start:stop]
+            scores = base + trajectory.morph_lambda * (scores - base)
+        log_probs = policy.log_probs(scores, state.mask)
+        chosen = log_probs.gather(-1, decisions.action[:, start:stop, None]).squeeze(-1)
+        yield (decisions.weight[:, start:stop] * chosen).sum()
+
+
+def _zero(cache: DecoderCache, weight: Tensor) -> Tensor:
+    """A zero that still reaches the parameters, so that backward() and the optimiser step
+    behave as for any other batch when nothing carries weight."""
+    return (cache.embeddings.sum() * 0.0).to(weight.dtype)
+
+
+def replay_log_likelihood(
+    policy: LincPolicy, trajectory: Trajectory, cache: DecoderCache, weight: Tensor
+) -> Tensor:
+    """``sum_{b,k} weight_bk * log p(rollout_bk)``, recomputed (with gradients) in one pass.
+
+    Args:
+        policy: the policy the trajectory was sampled with (same weights).
+        trajectory: from ``rollout(..., keep_trajectory=True)``.
+        cache: the decoder cache the trajectory was sampled with (built with gradients).
+        weight: ``[B, K]``.
+
+    Returns:
+        a scalar connected to the graph.
+    """
+    decisions = pack_decisions(trajectory, weight)
+    if decisions is None:
+        return _zero(cache, weight)
+    return next(_chunk_sums(policy, trajectory, decisions, cache, decisions.count))
+
+
+def backward_replay(
+    policy: LincPolicy,
+    trajectory: Trajectory,
+    cache: DecoderCache,
+    weight: Tensor,
+    *,
+    loss_scale: float,
+    chunk_rollouts: int,
+    backward: Callable[[Tensor], None] = Tensor.backward,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Tensor:
+    """Accumulate the gradient of ``loss_scale * sum_{b,k} weight_bk log p(rollout_bk)`` into
+    the parameters' ``.grad``, in chunks of bounded memory (module docstring).
+
+    Args:
+        cache: the decoder cache the trajectory was sampled with (built with gradients).
+        weight: ``[B, K]``.
+        loss_scale: the factor of the loss (e.g. ``-1 / (B K)``).
+        chunk_rollouts: decisions of at most this many rollouts per instance are recomputed
+            at once (``chunk_rollouts x T`` packed decisions); 0 recomputes all at once.
+        backward: runs a chunk's backward pass (``lambda loss: scaler.scale(loss).backward()``
+            under AMP).
+        autocast: the context each chunk's forward pass runs in (AMP); backward runs outside.
+
+    Returns:
+        the detached ``sum weight * log p`` in ``weight``'s dtype.
+    """
+    names = [f.name for f in fields(cache) if getattr(cache, f.name) is not None]
+    leaves = {name: getattr(cache, name).detach().requires_grad_() for name in names}
+    leaf_cache = replace(cache, **leaves)
+    decisions = pack_decisions(trajectory, weight)
+    if decisions is None:
+        sums: Iterator[Tensor] = iter([_zero(leaf_cache, weight)])
+    else:
+        steps = len(trajectory.actions)
+        chunk = decisions.count if chunk_rollouts <= 0 else max(1, chunk_rollouts * steps)
+        sums = _chunk_sums(policy, trajectory, decisions, leaf_cache, chunk)
+    total = torch.zeros((), dtype=weight.dtype, device=weight.device)
+    while True:
+        with autocast():
+            chunk_sum = next(sums, None)
+        if chunk_sum is None:
+            break
+        # at least float32 (a half-precision sum under AMP), never less than the model's dtype
+        loss_dtype = torch.promote_types(chunk_sum.dtype, torch.float32)
+        backward(chunk_sum.to(loss_dtype) * loss_scale)
+        total = total + chunk_sum.detach().to(weight.dtype)
+    # The chunks' gradients met at the cache: one backward pass through the encoder.
+    roots = [(getattr(cache, n), leaves[n].grad) for n in names if leaves[n].grad is not None]
+    roots = [(tensor, grad) for tensor, grad in roots if tensor.requires_grad]
+    if roots:
+        torch.autograd.backward([t for t, _ in roots], [g for _, g in roots])
+    return total
+
+
+__all__ = ["PackedDecisions", "backward_replay", "pack_decisions", "replay_log_likelihood"]

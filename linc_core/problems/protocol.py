@@ -61,6 +61,10 @@ class RolloutState:
         rows = torch.arange(index.shape[0], device=index.device).unsqueeze(1)
         return replace(self, **{f.name: getattr(self, f.name)[rows, index] for f in fields(self)})
 
+    def rollout_range(self, start: int, stop: int) -> Self:
+        """Rollouts ``start .. stop - 1`` of every instance (views, no copy)."""
+        return replace(self, **{f.name: getattr(self, f.name)[:, start:stop] for f in fields(self)})
+
     def repeat(self, times: int) -> Self:
         """Each rollout repeated ``times`` times in place: ``[B, K] -> [B, K * times]``."""
         b, k = self.current.shape

@@ -12,6 +12,8 @@ float rounding. z and sampling noise are drawn for the whole batch and sliced.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +22,7 @@ from torch import Tensor
 from linc_core.config import TrainConfig
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
+from linc_core.model.replay import backward_replay
 from linc_core.model.sampling import BatchRows, sample_z
 from linc_core.problems.rollout import pomo_starts
 from linc_core.train.advantage import (
@@ -131,20 +134,16 @@ def train_step(
     if rows is not None:
         instance = instance.select(rows.index)
     z, starts = rollout_conditioning(policy, instance, k, config.multi_start, generator, rows)
-    use_amp = scaler is not None
-    autocast = (
-        torch.autocast(device_type="cuda", dtype=torch.float16)
-        if use_amp
-        else contextlib.nullcontext()
-    )
-    # Two ways to the same loss and gradient. With every rollout weighted (dense mask), one
-    # rollout under autograd. Once the best-only mask keeps one rollout per instance, sampling
-    # without autograd and recomputing only the kept decisions with it
-    # (``weighted_log_likelihood``) skips the backward work of the other K - 1.
-    replay = uses_best_only(config, progress)
-    with autocast:
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    if scaler is not None:
+        autocast = functools.partial(torch.autocast, device_type="cuda", dtype=torch.float16)
+    # Every credit mode trains the same way: sample the K rollouts without autograd, then
+    # recompute with gradients only the decisions that carry weight, chunk by chunk
+    # (``backward_replay``): the loss and gradient of weighting the rollouts' log-likelihood
+    # under autograd, in memory bounded by ``config.replay_chunk`` rollouts per instance.
+    with autocast():
         encoded = policy.encode(instance)
-        with torch.no_grad() if replay else contextlib.nullcontext():
+        with torch.no_grad():
             result = policy.rollout(
                 instance,
                 k,
@@ -155,31 +154,32 @@ def train_step(
                 morph=morph,
                 rows=rows,
                 encoded=encoded,
-                keep_trajectory=replay,
+                keep_trajectory=True,
             )
     cost = result.cost.detach().float()
+    steps, trajectory = result.steps, result.trajectory
+    del result
     advantage, mask, tau = advantages(cost, config, progress, world)
-    if replay:
-        with autocast:
-            weighted_sum = policy.weighted_log_likelihood(
-                result.trajectory, encoded[0], advantage * mask
-            )
-    else:
-        weighted_sum = (advantage * mask * result.log_likelihood.float()).sum()
-    steps = result.steps
-    del result  # the trajectory's step tensors
     # Data-parallel: this rank's share of the whole-batch mean, so that the sum over ranks of
     # the gradients is the gradient of the mean over all B x K entries.
-    loss = -weighted_sum.float() / (cost.numel() if rows is None else rows.total * k)
+    loss_scale = -1.0 / (cost.numel() if rows is None else rows.total * k)
     optimizer.zero_grad(set_to_none=True)
+    weighted_sum = backward_replay(
+        policy,
+        trajectory,
+        encoded.cache,
+        advantage * mask,
+        loss_scale=loss_scale,
+        chunk_rollouts=config.replay_chunk,
+        backward=Tensor.backward if scaler is None else lambda x: scaler.scale(x).backward(),
+        autocast=autocast,
+    )
+    del trajectory, encoded
+    loss = weighted_sum.float() * loss_scale
+    # Reduce before unscaling: every rank then sees the same inf/nan and skips together.
+    all_reduce_grads(policy.parameters(), world)
     if scaler is not None:
-        scaler.scale(loss).backward()
-        # Reduce before unscaling: every rank then sees the same inf/nan and skips together.
-        all_reduce_grads(policy.parameters(), world)
         scaler.unscale_(optimizer)
-    else:
-        loss.backward()
-        all_reduce_grads(policy.parameters(), world)
     grad_norm = _clip(policy, config.max_grad_norm)
     if scaler is not None:
         scaler.step(optimizer)
