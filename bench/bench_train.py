@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 import torch
 
-from linc_core.config import ModelConfig, preset_configs
+from linc_core.config import ModelConfig
 from linc_core.model import LincPolicy
+from linc_core.presets import preset_configs
 from linc_core.train import train_step
 from linc_core.train.data import generate
 

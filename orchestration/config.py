@@ -27,14 +27,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from linc_core.config import (
-    ABLATION_VARIANTS,
-    PRESETS,
-    ModelConfig,
-    TrainConfig,
-    variant_configs,
-)
+from linc_core.config import ModelConfig, TrainConfig
 from linc_core.model.reference_format import reference_initialisation_unsupported
+from linc_core.presets import ABLATION_VARIANTS, PRESETS, variant_configs
 
 DATA_SOURCES = ("generated", "dataset", "solomon50")
 EVAL_SOURCES = ("validation", "dataset", "solomon50", "none")

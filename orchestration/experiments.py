@@ -20,7 +20,7 @@ import mlflow
 import ray
 from ray import tune
 
-from linc_core.config import PRESETS
+from linc_core.presets import PRESETS
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
 from orchestration.tracking import ensure_experiment, flatten_params

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from linc_core.config import preset_configs
 from linc_core.model import LincPolicy
 from linc_core.model.policy import BatchRows
+from linc_core.presets import preset_configs
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ray import tune
 
-from linc_core.config import ABLATION_VARIANTS, PRESETS
+from linc_core.presets import ABLATION_VARIANTS, PRESETS
 from orchestration.config import ConfigError, PlatformConfig, with_dotted
 from orchestration.experiments import ablation_table, aggregate_rows, search_space
 from sweeps.compose import compose_mapping, load_platform_config

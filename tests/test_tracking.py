@@ -10,8 +10,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from linc_core.config import preset_configs
 from linc_core.model import LincPolicy
+from linc_core.presets import preset_configs
 from linc_core.train.data import GeneratedData
 from linc_core.train.loop import fit
 from orchestration.tracking import (

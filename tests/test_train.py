@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from linc_core.config import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.model import LincPolicy, sample_z
+from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.reference import solve_reference
 from linc_core.train import FixedData, GeneratedData, evaluate_best_of_k, fit, train_step
 from linc_core.train.checkpoint import load_checkpoint, save_checkpoint

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from linc_core.benchmarks import data_dir
-from linc_core.config import PRESETS, replace, to_dict, variant_configs
+from linc_core.config import replace, to_dict
+from linc_core.presets import PRESETS, variant_configs
 from linc_core.instances import Instance, read_solomon_folder
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.problems.generators import truncate_customers
