@@ -89,7 +89,7 @@ def manifest_id(uri: str) -> str:
 
 
 def solomon50_instances() -> Instance:
-    from linc_core.train.cli import solomon50
+    from linc_core.plan import solomon50
 
     return solomon50()
 
