@@ -205,7 +205,11 @@ def resolve_run(
         rollouts = min(train_config.num_rollouts, data.customers_per_instance)
         train_config = dataclasses.replace(train_config, num_rollouts=rollouts)
     if validation == "training_set":
-        require(data.source == "solomon50", "data.source", data.source, "solomon50")
+        if data.source != "solomon50":  # the one fixed training set
+            raise ConfigError(
+                f"data.source: expected solomon50 to validate on the training set, "
+                f"got {data.source!r}"
+            )
         validation_source = ValidationSource("training_set")
     elif train_config.validation_size > 0:
         validation_source = ValidationSource(
