@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -29,7 +28,8 @@ TARGET_READ_MB_PER_SECOND = 50.0
 def _pool_throughput(workers: int, shards: int, shard_size: int, folder: Path) -> float:
     import ray
 
-    from orchestration.datagen import DatagenConfig, ShardWorker
+    from orchestration.datagen import ShardWorker
+    from orchestration.datagen_config import DatagenConfig
 
     config = DatagenConfig(
         task="cvrptw",
@@ -77,12 +77,11 @@ def _parquet_speed(shard_size: int, repeats: int, folder: Path) -> tuple[float, 
 
 def bench_datagen(quick: bool = False) -> list[dict]:
     """Rows ``{"name", "ours", "peer"?, "ratio", "target"}``, as ``bench/__main__`` prints."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only Ray
     import ray
 
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from orchestration.ray_session import init_ray
+
+    started_here = init_ray("local", num_cpus=2, log_to_driver=False)
     shard_size = 1000  # linc-generate's default: per-shard fixed costs as users pay them
     shards = 8 if quick else 24  # per run: >= 1 s of work, so dispatch overhead is noise
     try:

@@ -46,30 +46,36 @@ def _config(storage: Path, epochs: int):
     )
 
 
-def _direct_seconds(config, folder: Path, epochs: int | None = None) -> float:
+def _direct_seconds(config, folder: Path) -> float:
+    """The config's run with ``fit`` directly: the trainable's data -> policy -> fit line."""
     import torch
 
+    from linc_core.plan import data_id, training_data, validation_set
     from linc_core.train.loop import fit, initial_policy
-    from orchestration.trainable import training_data, validation_set
 
-    model_config, train_config = config.linc_configs()
-    if epochs is not None:
-        from dataclasses import replace
-
-        train_config = replace(train_config, epochs=epochs)
+    plan = config.run
     torch.set_num_threads(config.cluster.torch_threads)
     start = time.perf_counter()
-    data, data_id = training_data(config)
-    validation = validation_set(config)
-    policy = initial_policy(model_config, train_config)
-    fit(policy, train_config, data, validation=validation, checkpoint_dir=folder, data_id=data_id)
+    data = training_data(plan)
+    validation = validation_set(plan, data)
+    policy = initial_policy(plan.model, plan.train)
+    fit(
+        policy,
+        plan.train,
+        data,
+        validation=validation,
+        checkpoint_dir=folder,
+        data_id=data_id(plan),
+    )
     return time.perf_counter() - start
 
 
 def bench_platform(quick: bool = False) -> list[dict]:
     import statistics
 
-    from orchestration.experiments import init_ray, run_training
+    from orchestration.experiments import run_training
+    from orchestration.plan import TrialPlan
+    from orchestration.ray_session import init_ray
     from orchestration.tracking import ensure_experiment
 
     target_seconds = 15.0 if quick else TRIAL_SECONDS
@@ -79,16 +85,16 @@ def bench_platform(quick: bool = False) -> list[dict]:
         root = Path(tmp)
         # Early epochs are the slow ones (an untrained policy builds longer routes), so a
         # short probe overestimates the epoch cost: scale once more from a full-length run.
-        probe = _direct_seconds(_config(root / "probe", 1), root / "probe-ckpt", epochs=2) / 2
+        probe = _direct_seconds(_config(root / "probe", 2), root / "probe-ckpt") / 2
         epochs = max(2, math.ceil(target_seconds / probe))
         if not quick:
             full = _direct_seconds(_config(root / "probe", epochs), root / "probe-full")
             epochs = max(2, round(epochs * target_seconds / full))
         config = _config(root / "runs", epochs)
-        init_ray(config)
+        init_ray(config.cluster.address, config.cluster.num_cpus)
         # one-time costs of a sweep, not of a trial: a running Ray and an existing MLflow store
         # (creating a new SQLite store runs its schema migrations, about 3 s here)
-        ensure_experiment(config.tracking_uri(), config.tracking.experiment)
+        ensure_experiment(TrialPlan.from_config(config).tracking.uri, config.tracking.experiment)
         for repeat in range(repeats):  # interleaved: a drifting host affects both sides alike
             direct_runs.append(_direct_seconds(config, root / f"direct{repeat}"))
             start = time.perf_counter()
@@ -132,11 +138,12 @@ def _sweep_of_identical_trials(config, name: str, trials: int) -> None:
     from orchestration.config import PlatformConfig
     from orchestration.experiments import run_experiment
 
-    _, train = config.linc_configs()
     sequential = PlatformConfig.from_mapping(
         config.with_values(**{"cluster.max_concurrent_trials": 1})
     )
-    param_space = sequential.with_values(**{"train.seed": tune.grid_search([train.seed] * trials)})
-    results, _, _ = run_experiment(sequential, name, param_space)
-    if results.errors:
-        raise RuntimeError(f"{name}: {results.errors[0]}")
+    seed = config.run.train.seed
+    param_space = sequential.with_values(**{"train.seed": tune.grid_search([seed] * trials)})
+    experiment = run_experiment(sequential, {"name": name, "kind": "bench"}, param_space)
+    experiment.finish(failed=bool(experiment.results.errors))
+    if experiment.results.errors:
+        raise RuntimeError(f"{name}: {experiment.results.errors[0]}")

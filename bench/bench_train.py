@@ -22,12 +22,19 @@ from collections.abc import Callable
 
 import torch
 
-from linc_core.config import ModelConfig, preset_configs
+from linc_core.config import ModelConfig
 from linc_core.model import LincPolicy
+from linc_core.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
 
 RL4CO_PEER = "rl4co 0.7.0 PolyNet on rl4co CVRPTWEnv"
+
+
+def _plan(preset: str, batch: int, rollouts: int, n: int) -> RunPlan:
+    """The run a preset trains at this size: its effective model and training configs."""
+    train = {"num_rollouts": rollouts, "batch_size": batch}
+    return resolve_run(preset, DataSource("generated", "cvrptw", n), train=train)
 
 
 def _ours_step_seconds(
@@ -45,9 +52,10 @@ def _ours_step_seconds(
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
     ``progress`` is the point of training the step is taken at.
     """
-    model, config = preset_configs(preset, "cvrptw", num_rollouts=rollouts, batch_size=batch)
+    plan = _plan(preset, batch, rollouts, n)
+    model, config = plan.model, plan.train
     if train_preset is not None:
-        _, config = preset_configs(train_preset, "cvrptw", num_rollouts=rollouts, batch_size=batch)
+        config = _plan(train_preset, batch, rollouts, n).train
     torch.manual_seed(seed)
     policy = LincPolicy(model)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4)
@@ -129,7 +137,7 @@ def bench_train(
     trains). Every runner takes one warm-up step first; each repeat then runs all of them,
     rotating the order, so machine load falls on each alike.
     """
-    sizes, _ = preset_configs("full_linc", "cvrptw")
+    sizes = _plan("full_linc", batch, rollouts, n).model
     runners: dict[str, Callable[[int], float]] = {
         "full_linc": _ours_step_seconds("full_linc", batch, rollouts, n, 0),
         "baseline": _ours_step_seconds("baseline", batch, rollouts, n, 0),

@@ -1,8 +1,7 @@
-"""Typed, validated configuration: model, training, and the named ablation presets.
+"""Typed, validated configuration of the model and of training.
 
-Every switch the paper ablates is a typed field here; a preset (``PRESETS``) is nothing but
-data: a set of field overrides applied to the problem's defaults. Model and training code read
-fields, never preset names.
+Every switch the paper ablates is a typed field here; the named variants that set them are
+data in :mod:`linc_core.presets`. Model and training code read fields, never preset names.
 
 Where the paper and the reference implementation differ, the paper's method is followed with
 the reference's constants (shared/spec/linc-reference.md sections 3-5); the differences met so
@@ -13,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from linc_core.problems.protocol import CONSEQUENCE_FEATURES, RELATIVE_FEATURES
+from linc_core.typed import check_fields, require
 
 ProblemName = Literal["cvrptw", "cvrp", "tsp"]
 
@@ -27,11 +27,6 @@ PARTIAL_SUMMARY: dict[str, tuple[tuple[str, str], ...]] = {
     "tsp": (("mean", "travel"), ("mean", "dist_to_start"), ("mean", "dist_to_centroid")),
 }
 NODE_STATIC_FEATURES = ("knn_nearest", "knn_mean", "knn_min")
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -94,38 +89,43 @@ class ModelConfig:
     phi_bias: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.problem in CONSEQUENCE_FEATURES, f"problem: unknown {self.problem!r}")
-        for name in ("embedding_dim", "encoder_layers", "num_heads", "ff_hidden_dim"):
-            _check(getattr(self, name) >= 1, f"{name}: expected >= 1, got {getattr(self, name)}")
-        _check(
+        check_fields(self)
+        for name in ("embedding_dim", "encoder_layers", "num_heads", "ff_hidden_dim", "knn_k"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        require(
             self.embedding_dim % self.num_heads == 0,
-            f"embedding_dim {self.embedding_dim} must be divisible by num_heads {self.num_heads}",
+            "embedding_dim",
+            self.embedding_dim,
+            f"a multiple of num_heads ({self.num_heads})",
         )
-        _check(self.logit_clip > 0, f"logit_clip: expected > 0, got {self.logit_clip}")
-        _check(self.z_dim >= 0, f"z_dim: expected >= 0, got {self.z_dim}")
-        _check(self.knn_k >= 1, f"knn_k: expected >= 1, got {self.knn_k}")
-        _check(self.scorer_hidden_dim >= 1, "scorer_hidden_dim: expected >= 1")
-        for key, allowed in (
-            ("input_scale", ("grid", "horizon")),
-            ("static_feature_mode", ("concat", "residual")),
-            ("gate_mode", ("centered_sigmoid", "sigmoid")),
-            ("scorer", ("baseline", "linc", "mlp")),
-            ("centring", ("feasible_mean", "none")),
-            ("depot_row", ("centred", "zero")),
-            ("summary", ("partial", "full_mean", "none")),
-        ):
-            value = getattr(self, key)
-            _check(value in allowed, f"{key}: expected one of {allowed}, got {value!r}")
+        require(self.logit_clip > 0, "logit_clip", self.logit_clip, "> 0")
+        require(self.z_dim >= 0, "z_dim", self.z_dim, ">= 0")
+        require(self.scorer_hidden_dim >= 1, "scorer_hidden_dim", self.scorer_hidden_dim, ">= 1")
         known = CONSEQUENCE_FEATURES[self.problem]
         for key in ("candidate_features", "centred_features"):
             for name in getattr(self, key):
-                _check(name in known, f"{key}: {name!r} is not a {self.problem} feature {known}")
+                require(name in known, key, name, f"a {self.problem} feature {known}")
         for name in self.node_static_features:
-            _check(name in NODE_STATIC_FEATURES, f"node_static_features: unknown {name!r}")
+            require(
+                name in NODE_STATIC_FEATURES,
+                "node_static_features",
+                name,
+                f"one of {NODE_STATIC_FEATURES}",
+            )
         if self.scorer != "baseline":
-            _check(bool(self.candidate_features), "candidate_features: empty for a feature scorer")
+            require(
+                bool(self.candidate_features),
+                "candidate_features",
+                self.candidate_features,
+                "at least one feature for a feature scorer",
+            )
         if self.scorer == "mlp":
-            _check(self.summary == "none", "summary: the mlp scorer has no summary path; use none")
+            require(
+                self.summary == "none",
+                "summary",
+                self.summary,
+                "none with the mlp scorer (it has no summary path)",
+            )
 
     # ------------------------------------------------------------------ derived
     @property
@@ -193,7 +193,7 @@ class TrainConfig:
         advantage: ``group_mean`` or ``soft_top1`` (matched soft top-1 of the paper).
         tau_start, tau_end, tau_anneal_ratio: geometric tau anneal over the first
             ``tau_anneal_ratio`` of training progress, constant after; tau is in raw cost units.
-        normalize_advantage: divide by the whole batch's std (+1e-6).
+        normalise_advantage: divide by the whole batch's std (+1e-6).
         rollout_mask: ``dense`` or ``best_only`` (only each instance's best rollout keeps its
             log-probability) from ``best_only_start_ratio`` of progress on.
         multi_start: POMO starts (rollout k starts at customer k) instead of z vectors.
@@ -225,7 +225,7 @@ class TrainConfig:
     tau_start: float = 4.0
     tau_end: float = 0.25
     tau_anneal_ratio: float = 1.0 / 300.0
-    normalize_advantage: bool = True
+    normalise_advantage: bool = True
     rollout_mask: Literal["dense", "best_only"] = "best_only"
     best_only_start_ratio: float = 0.25
     multi_start: bool = False
@@ -239,178 +239,48 @@ class TrainConfig:
     validation_every: int = 1
 
     def __post_init__(self) -> None:
+        check_fields(self)
         for name in ("num_rollouts", "batch_size", "instances_per_epoch", "epochs"):
-            _check(getattr(self, name) >= 1, f"{name}: expected >= 1, got {getattr(self, name)}")
-        _check(self.learning_rate > 0, f"learning_rate: expected > 0, got {self.learning_rate}")
-        _check(self.weight_decay >= 0, f"weight_decay: expected >= 0, got {self.weight_decay}")
-        _check(self.max_grad_norm >= 0, f"max_grad_norm: expected >= 0, got {self.max_grad_norm}")
-        _check(
-            self.advantage in ("group_mean", "soft_top1"),
-            f"advantage: expected group_mean or soft_top1, got {self.advantage!r}",
+            require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        require(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
+        require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, ">= 0")
+        require(math.isfinite(self.tau_start), "tau_start", self.tau_start, "a finite number")
+        require(
+            0 < self.tau_end <= self.tau_start,
+            "tau_end",
+            self.tau_end,
+            f"in (0, tau_start = {self.tau_start}]",
         )
-        _check(
-            self.rollout_mask in ("dense", "best_only"),
-            f"rollout_mask: expected dense or best_only, got {self.rollout_mask!r}",
+        require(
+            0 < self.tau_anneal_ratio <= 1, "tau_anneal_ratio", self.tau_anneal_ratio, "in (0, 1]"
         )
-        _check(
-            0 < self.tau_end <= self.tau_start and math.isfinite(self.tau_start),
-            f"tau: expected 0 < tau_end <= tau_start < inf, got {self.tau_start}, {self.tau_end}",
+        require(
+            0 <= self.best_only_start_ratio <= 1,
+            "best_only_start_ratio",
+            self.best_only_start_ratio,
+            "in [0, 1]",
         )
-        _check(0 < self.tau_anneal_ratio <= 1, "tau_anneal_ratio: expected in (0, 1]")
-        _check(0 <= self.best_only_start_ratio <= 1, "best_only_start_ratio: expected in [0, 1]")
-        _check(
+        require(
             self.num_rollouts >= 2 or self.advantage == "group_mean",
-            "num_rollouts: the soft top-1 advantage needs at least 2 rollouts per instance",
+            "num_rollouts",
+            self.num_rollouts,
+            ">= 2 for the soft top-1 advantage",
         )
-        _check(
-            self.init in ("linc", "reference"),
-            f"init: expected linc or reference, got {self.init!r}",
+        require(self.morph_epochs >= 0, "morph_epochs", self.morph_epochs, ">= 0")
+        require(self.replay_chunk >= 0, "replay_chunk", self.replay_chunk, ">= 0")
+        require(self.validation_size >= 0, "validation_size", self.validation_size, ">= 0")
+        require(self.validation_every >= 1, "validation_every", self.validation_every, ">= 1")
+        require(
+            self.device == "cpu" or self.device.startswith("cuda"),
+            "device",
+            self.device,
+            "cpu or cuda[:N]",
         )
-        _check(self.morph_epochs >= 0, "morph_epochs: expected >= 0")
-        _check(self.replay_chunk >= 0, f"replay_chunk: expected >= 0, got {self.replay_chunk}")
-        _check(self.validation_size >= 0, "validation_size: expected >= 0")
-        _check(self.validation_every >= 1, "validation_every: expected >= 1")
-        _check(self.device == "cpu" or self.device.startswith("cuda"), f"device: {self.device!r}")
 
     @property
     def batches_per_epoch(self) -> int:
         return max(1, self.instances_per_epoch // self.batch_size)
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named variant: overrides of the problem's ModelConfig and of TrainConfig."""
-
-    name: str
-    label: str
-    model: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
-
-
-_LINC_FEATURES_OFF = {"scorer": "baseline"}
-# PolyNet as the benchmark tables run it: plain POMO encoder, horizon scaling, z-vectors,
-# hard top-1 credit (group mean, best rollout only); POMO drops z for multi-start.
-_POLYNET_MODEL = {
-    "scorer": "baseline",
-    "gated_attention": False,
-    "depth_mixer": False,
-    "node_static_features": (),
-    "input_scale": "horizon",
-}
-_POLYNET_TRAIN = {
-    "advantage": "group_mean",
-    "normalize_advantage": False,
-    "best_only_start_ratio": 0.0,
-}
-# The twelve variants of the paper's full ablation table (reference section 5), then the two
-# baselines of the benchmark tables. Each differs from full_linc in exactly the listed fields.
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset(
-            "baseline",
-            "Baseline",
-            model={"scorer": "baseline", "gated_attention": False, "depth_mixer": False},
-            train={
-                "advantage": "group_mean",
-                "rollout_mask": "dense",
-                "best_only_start_ratio": 0.0,
-            },
-        ),
-        Preset("full_linc", "Full LINC"),
-        Preset("no_local", "w/o local consequence interface", model=dict(_LINC_FEATURES_OFF)),
-        Preset(
-            "naive_mlp",
-            "Naive feature injection",
-            model={"scorer": "mlp", "centring": "none", "summary": "none"},
-        ),
-        Preset("no_gateattn", "w/o GateAttn", model={"gated_attention": False}),
-        Preset("no_depth_mixer", "w/o Depth Mixer", model={"depth_mixer": False}),
-        Preset(
-            "no_soft_top1",
-            "w/o soft top-1 (hard top-1)",
-            train={"advantage": "group_mean", "best_only_start_ratio": 0.0},
-        ),
-        Preset(
-            "group_mean",
-            "group mean",
-            train={
-                "advantage": "group_mean",
-                "rollout_mask": "dense",
-                "best_only_start_ratio": 0.0,
-            },
-        ),
-        Preset(
-            "centered_mlp",
-            "Centered MLP scoring",
-            model={
-                "scorer": "mlp",
-                "centred_features": CONSEQUENCE_FEATURES["cvrptw"],
-                "depot_row": "zero",
-                "summary": "none",
-            },
-        ),
-        Preset("raw_linear", "Raw linear scoring", model={"centring": "none"}),
-        Preset("no_step_summary", "w/o step summary", model={"summary": "none"}),
-        Preset("full_mu_summary", "Full mean summary", model={"summary": "full_mean"}),
-        Preset("polynet", "PolyNet", model=dict(_POLYNET_MODEL), train=dict(_POLYNET_TRAIN)),
-        Preset(
-            "pomo",
-            "POMO",
-            model=_POLYNET_MODEL | {"z_dim": 0},
-            train=_POLYNET_TRAIN | {"rollout_mask": "dense", "multi_start": True},
-        ),
-    )
-}
-ABLATION_VARIANTS: tuple[str, ...] = tuple(list(PRESETS)[:12])
-
-
-def preset_configs(
-    name: str, problem: ProblemName = "cvrptw", **train_overrides: Any
-) -> tuple[ModelConfig, TrainConfig]:
-    """The ModelConfig and TrainConfig of preset ``name`` for ``problem``.
-
-    Feature names in a preset are CVRPTW's; for another problem a preset that names features
-    uses that problem's full feature list instead (only the centred-MLP variant does).
-    """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-    preset = PRESETS[name]
-    model_overrides = dict(preset.model)
-    if problem != "cvrptw" and "centred_features" in model_overrides:
-        model_overrides["centred_features"] = CONSEQUENCE_FEATURES[problem]
-    model = ModelConfig.for_problem(problem, **model_overrides)
-    train = TrainConfig(**{**preset.train, **train_overrides})
-    return model, train
-
-
-def variant_configs(
-    name: str,
-    problem: ProblemName = "cvrptw",
-    *,
-    train: dict[str, Any] | None = None,
-    model: dict[str, Any] | None = None,
-) -> tuple[ModelConfig, TrainConfig]:
-    """Preset ``name`` under a protocol's settings: ``train`` / ``model`` apply to every variant,
-    but never over a switch the variant itself sets.
-
-    A variant is defined by its switches: the ablation protocol's ``best_only_start_ratio: 0.15``
-    must not undo ``no_soft_top1``'s best-only-from-step-0, and a smaller encoder for CPUs must
-    not re-enable GateAttn in ``no_gateattn``. (``preset_configs`` lets overrides win instead.)
-    """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-    preset = PRESETS[name]
-    protocol_train = {k: v for k, v in (train or {}).items() if k not in preset.train}
-    model_config, train_config = preset_configs(name, problem, **protocol_train)
-    protocol_model = {
-        k: tuple(v) if isinstance(v, list) else v
-        for k, v in (model or {}).items()
-        if k not in preset.model
-    }
-    if protocol_model:
-        model_config = replace(model_config, **protocol_model)
-    return model_config, train_config
 
 
 def config_differences(a: object, b: object) -> dict[str, tuple[Any, Any]]:
@@ -423,30 +293,18 @@ def config_differences(a: object, b: object) -> dict[str, tuple[Any, Any]]:
 
 
 def to_dict(config: object) -> dict[str, Any]:
-    """A JSON-friendly dict (tuples become lists)."""
+    """The dataclass's fields as a plain dict (tuples stay tuples; JSON writes them as lists)."""
     return dataclasses.asdict(config)  # type: ignore[call-overload]
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a config, rejecting unknown keys with a clear message."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown keys {unknown}; known: {sorted(known)}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    return cls(**values)
-
-
 __all__ = [
-    "ABLATION_VARIANTS",
-    "PRESETS",
+    "NODE_STATIC_FEATURES",
+    "PARTIAL_SUMMARY",
+    "CONSEQUENCE_FEATURES",
     "ModelConfig",
-    "Preset",
+    "ProblemName",
     "TrainConfig",
     "config_differences",
-    "from_dict",
-    "preset_configs",
     "replace",
     "to_dict",
-    "variant_configs",
 ]

@@ -1,8 +1,8 @@
 """Distributed data set generation: a pool of Ray actors writing Parquet shards, local or on S3.
 
-A data set is a pure function of its :class:`DatagenConfig` identity (task, size, count,
-shard_size, seed, split and the generator's constants): shard ``i`` holds
-``min(shard_size, count - i * shard_size)`` instances drawn with the seed
+A data set is a pure function of its :class:`~orchestration.datagen_config.DatagenConfig`
+identity (task, size, count, shard_size, seed, split and the generator's constants): shard
+``i`` holds ``min(shard_size, count - i * shard_size)`` instances drawn with the seed
 ``derive_seed(seed, task, size, split, i)``, so splits never share a seed and any shard can be
 regenerated alone, byte for byte (the Parquet writer is deterministic, see
 :mod:`linc_core.dataset`).
@@ -27,14 +27,11 @@ Layout at ``uri``: ``shard-00000.parquet`` ... and ``manifest.json``. Guarantees
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import math
 import os
 import platform
-import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,19 +51,14 @@ from linc_core.dataset import (
     parquet_bytes,
     read_shard_bytes,
     sha256_hex,
-    shard_name,
 )
-from linc_core.problems.generators import DEFAULT_ENVELOPE_CONFIG
-from linc_core.seeding import derive_seed
 from linc_core.train.data import generate
+from orchestration.datagen_config import DatagenConfig, ShardSpec
 from orchestration.datasets import is_s3, open_filesystem, with_retries
 
 __all__ = [
-    "DatagenConfig",
-    "DatagenConfigError",
     "DatagenError",
     "ShardResult",
-    "ShardSpec",
     "ShardWorker",
     "build_shard",
     "check_shard",
@@ -74,173 +66,14 @@ __all__ = [
     "write_atomic",
 ]
 
-TASKS = ("tsp", "cvrp", "cvrptw")
-_SPLIT_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TEMP_MARKER = ".tmp-"
 # Requests in flight per actor: one running, one queued, so an actor never idles waiting for
 # the driver while the driver never holds more than two pending results per actor.
 _IN_FLIGHT_PER_WORKER = 2
 
 
-class DatagenConfigError(ValueError):
-    """An invalid generation config; the message names the key and the value."""
-
-
 class DatagenError(RuntimeError):
     """Generation could not finish; shards already written are kept for the next run."""
-
-
-@dataclass(frozen=True)
-class DatagenConfig:
-    """Everything a generation run needs. Identity fields define the data; the rest, how to run.
-
-    Attributes:
-        task: ``"tsp"``, ``"cvrp"`` or ``"cvrptw"`` (CVRPTW uses the envelope generator).
-        size: customers per instance (cities for TSP); the depot is extra.
-        count: instances in the set.
-        shard_size: instances per shard (the last shard may be smaller).
-        seed: base seed; shard seeds derive from it, the task, size, split and shard index.
-        split: split name (``train``, ``val``, ``test``...); part of every shard seed.
-        uri: output folder: local path or ``s3://bucket/prefix?endpoint_override=...``.
-        workers: Ray actors generating in parallel.
-        cpus_per_worker: CPUs Ray reserves per actor (fractions allowed, e.g. 0.5).
-        num_cpus: CPUs of a local Ray started by the entry point (None: enough for the pool).
-        max_actor_restarts: Ray restarts of a dead actor (its shard is then retried); 0 makes
-            a dead actor fail the run (re-run to resume).
-        storage_attempts: tries per storage operation before giving up.
-        forward_aws_env: pass the driver's ``AWS_*`` variables to the actors (on S3 only), so
-            workers use the same credentials and region as the driver.
-        progress: show a progress bar (instances/s).
-    """
-
-    count: int
-    shard_size: int
-    task: str = "cvrptw"
-    size: int = 100
-    seed: int = 0
-    split: str = "train"
-    uri: str = "data/dataset"
-    workers: int = 2
-    cpus_per_worker: float = 1.0
-    num_cpus: int | None = None
-    max_actor_restarts: int = 1
-    storage_attempts: int = 3
-    forward_aws_env: bool = True
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("count", "shard_size", "size", "workers", "storage_attempts"):
-            _require(name, getattr(self, name), int, lambda v: v >= 1, ">= 1")
-        _require("seed", self.seed, int, lambda v: v >= 0, ">= 0")
-        _require("max_actor_restarts", self.max_actor_restarts, int, lambda v: v >= 0, ">= 0")
-        _require("cpus_per_worker", self.cpus_per_worker, (int, float), lambda v: v > 0, "> 0")
-        if self.num_cpus is not None:
-            _require("num_cpus", self.num_cpus, int, lambda v: v >= 1, ">= 1 or null")
-        _require("task", self.task, str, lambda v: v in TASKS, f"one of {TASKS}")
-        _require(
-            "split", self.split, str, lambda v: bool(_SPLIT_PATTERN.match(v)), "[A-Za-z0-9_.-]+"
-        )
-        _require("uri", self.uri, str, lambda v: bool(v.strip()), "non-empty")
-        _require("forward_aws_env", self.forward_aws_env, bool, lambda v: True, "a bool")
-        _require("progress", self.progress, bool, lambda v: True, "a bool")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> DatagenConfig:
-        """Build from a plain mapping (e.g. a resolved Hydra config), refusing unknown keys.
-
-        Raises:
-            DatagenConfigError: unknown or missing keys, or an invalid value.
-        """
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise DatagenConfigError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
-        missing = sorted(
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.name not in values
-        )
-        if missing:
-            raise DatagenConfigError(f"missing config key(s) {missing}")
-        return cls(**dict(values))
-
-    @property
-    def num_shards(self) -> int:
-        return math.ceil(self.count / self.shard_size)
-
-    @property
-    def ray_cpus(self) -> int:
-        """CPUs for a local Ray: ``num_cpus`` or enough to run every actor at once."""
-        return self.num_cpus or max(1, math.ceil(self.workers * self.cpus_per_worker))
-
-    def identity(self) -> dict[str, Any]:
-        """The fields the data depends on (the manifest's ``generator`` entry)."""
-        identity: dict[str, Any] = {
-            "task": self.task,
-            "size": self.size,
-            "count": self.count,
-            "shard_size": self.shard_size,
-            "seed": self.seed,
-            "split": self.split,
-            "seed_rule": "derive_seed(seed, task, size, split, shard_index)",
-        }
-        if self.task == "cvrptw":
-            identity["envelope"] = json.loads(
-                json.dumps(dataclasses.asdict(DEFAULT_ENVELOPE_CONFIG))
-            )
-        return identity
-
-    def identity_digest(self) -> str:
-        """Short hash of :meth:`identity`, stamped into every shard's metadata."""
-        text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def shard_specs(self, expected: Mapping[int, str] | None = None) -> list[ShardSpec]:
-        """One spec per shard; ``expected`` maps shard index to the manifest's sha256."""
-        digest = self.identity_digest()
-        specs = []
-        for index in range(self.num_shards):
-            first = index * self.shard_size
-            rows = min(self.shard_size, self.count - first)
-            seed = derive_seed(self.seed, self.task, self.size, self.split, index)
-            metadata = {
-                "dataset": digest,
-                "split": self.split,
-                "shard_index": index,
-                "shard_seed": seed,
-                "rows": rows,
-            }
-            specs.append(
-                ShardSpec(
-                    index=index,
-                    file=shard_name(index),
-                    task=self.task,
-                    size=self.size,
-                    rows=rows,
-                    seed=seed,
-                    first_row=first,
-                    name_prefix=f"{self.task}{self.size}-{self.split}-",
-                    metadata={k: str(v) for k, v in metadata.items()},
-                    expected_sha256=(expected or {}).get(index),
-                )
-            )
-        return specs
-
-
-@dataclass(frozen=True)
-class ShardSpec:
-    """What one shard must contain. ``metadata`` is stamped into (and checked against) the file."""
-
-    index: int
-    file: str
-    task: str
-    size: int
-    rows: int
-    seed: int
-    first_row: int
-    name_prefix: str
-    metadata: dict[str, str]
-    expected_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -559,12 +392,3 @@ def _run_pool(
         for worker in workers:
             ray.kill(worker)
     return [results[spec.index] for spec in specs]
-
-
-def _require(
-    name: str, value: object, kind: type | tuple[type, ...], ok: Callable[[Any], bool], rule: str
-) -> None:
-    # bool is an int subclass; a bool where a number is expected is a config mistake.
-    wrong_type = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
-    if wrong_type or not ok(value):
-        raise DatagenConfigError(f"config.{name} = {value!r}: expected {rule}")

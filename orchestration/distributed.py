@@ -11,20 +11,20 @@ epoch to the caller's ``on_epoch`` in the caller's thread, where the Tune traina
 Contract::
 
     result = fit_data_parallel(
-        model_config, train_config, data,           # data: picklable TrainingData (GeneratedData)
+        plan,                                       # a linc_core.plan.RunPlan
         num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1},
         storage_path="/abs/folder" or "bucket/prefix" (+ storage_filesystem), run_name="trial-x",
         resume_from=None or a linc checkpoint file (latest.pt) readable by the caller,
-        validation=None or an Instance, on_epoch=callback(record, checkpoint),
+        on_epoch=callback(record, checkpoint),
     )
 
-- Each worker builds its policy with ``initial_policy(model_config, train_config, init_seed)``
-  (``init_seed`` defaults to ``train_config.seed``; the trainable passes the seed its
-  single-process path uses), rank 0's weights are broadcast, and
-  ``linc_core.train.loop.fit`` runs with the worker's ``World``: every worker rebuilds the same
-  whole batch from ``data`` and rolls out its ``batch_size / num_workers`` rows
-  (``batch_size`` must be a multiple of ``num_workers``). The run follows single-process ``fit``
-  with the same config up to float rounding.
+- Each worker realises the plan itself (its training data, validation set and data id, data
+  sets opened with ``open_filesystem``; only the plan travels to the workers) and builds its
+  policy with ``initial_policy(plan.model, plan.train)``, the single-process trial's initial
+  weights; rank 0's weights are broadcast, and ``linc_core.train.loop.fit`` runs with the
+  worker's ``World``: every worker rebuilds the same whole batch and rolls out its
+  ``batch_size / num_workers`` rows (``batch_size`` must be a multiple of ``num_workers``). The
+  run follows single-process ``fit`` of the same plan up to float rounding.
 - After every epoch ``on_epoch(record, checkpoint)`` is called in the caller's thread, in epoch
   order: ``record`` is fit's epoch record (global metrics: ``epoch``, ``global_step``,
   ``train_best_cost``, ``train_mean_cost``, ``loss``, ``tau``, ``seconds``,
@@ -66,12 +66,11 @@ from ray.train.v2._internal.constants import is_v2_enabled
 from ray.train.v2.api.callback import UserCallback
 from ray.util.queue import Empty, Queue
 
-from linc_core.config import ModelConfig, TrainConfig
-from linc_core.instances import Instance
+from linc_core.plan import FilesystemOpener, RunPlan, data_id, training_data, validation_set
 from linc_core.runtime import tune_cpu_allocator
-from linc_core.train.data import TrainingData
 from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit, initial_policy
+from orchestration.datasets import open_filesystem as open_any_filesystem
 
 CHECKPOINT_FILE = "latest.pt"
 ABORT_WAIT_SECONDS = 60.0
@@ -137,15 +136,18 @@ class _ForwardReports(UserCallback):
 
 
 def _worker_loop(config: dict[str, Any]) -> None:
-    """Body of every Ray Train worker: build the policy and run data-parallel ``fit``."""
+    """Body of every Ray Train worker: realise the plan and run data-parallel ``fit``."""
     here = world()
     tune_cpu_allocator()  # as the single-process trainable
-    train_config: TrainConfig = config["train_config"]
+    plan: RunPlan = config["plan"]
+    opener: FilesystemOpener = config["open_filesystem"]
+    train_config = plan.train
     if config["use_gpu"]:
         import ray.train.torch as train_torch
 
         train_config = dataclasses.replace(train_config, device=str(train_torch.get_device()))
-    policy = initial_policy(config["model_config"], train_config, config["init_seed"])
+    data = training_data(plan, opener)
+    policy = initial_policy(plan.model, train_config)
     work = Path(tempfile.mkdtemp(prefix=f"linc-dp-rank{here.rank}-"))
     resume_from = None
     restarted = train.get_checkpoint()
@@ -160,22 +162,20 @@ def _worker_loop(config: dict[str, Any]) -> None:
     fit(
         policy,
         train_config,
-        config["data"],
-        validation=config["validation"],
+        data,
+        validation=validation_set(plan, data),
         callbacks=[_ReportEpochs(here.rank, checkpoint_dir)],
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
         max_seconds=config["max_seconds"],
         max_steps=config["max_steps"],
-        data_id=config["data_id"],
+        data_id=data_id(plan, opener),
         world=here,
     )
 
 
 def fit_data_parallel(
-    model_config: ModelConfig,
-    train_config: TrainConfig,
-    data: TrainingData,
+    plan: RunPlan,
     *,
     num_workers: int,
     storage_path: str | Path,
@@ -183,17 +183,15 @@ def fit_data_parallel(
     use_gpu: bool = False,
     resources_per_worker: dict[str, float] | None = None,
     resume_from: str | Path | None = None,
-    validation: Instance | None = None,
     on_epoch: EpochCallback | None = None,
-    init_seed: int | None = None,
-    data_id: str | None = None,
+    open_filesystem: FilesystemOpener = open_any_filesystem,
     max_seconds: float | None = None,
     max_steps: int | None = None,
     max_failures: int = 0,
     storage_filesystem: Any = None,
     worker_env: dict[str, str] | None = None,
 ) -> DataParallelResult:
-    """Train with ``fit`` data-parallel over ``num_workers`` Ray Train workers.
+    """Train ``plan`` with ``fit`` data-parallel over ``num_workers`` Ray Train workers.
 
     See the module docstring for the full contract. ``storage_path`` (an absolute folder, or a
     bucket path with ``storage_filesystem``) and ``run_name`` locate Ray Train's persisted
@@ -203,25 +201,21 @@ def fit_data_parallel(
         raise RuntimeError("fit_data_parallel needs Ray Train V2 (RAY_TRAIN_V2_ENABLED=1)")
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    if train_config.batch_size % num_workers:
+    if plan.train.batch_size % num_workers:
         raise ValueError(
-            f"batch_size {train_config.batch_size} cannot be split evenly over {num_workers} "
+            f"batch_size {plan.train.batch_size} cannot be split evenly over {num_workers} "
             "workers: make it a multiple of num_workers"
         )
-    if use_gpu and not train_config.device.startswith("cuda"):
-        train_config = dataclasses.replace(train_config, device="cuda")
+    if use_gpu and not plan.train.device.startswith("cuda"):
+        plan = dataclasses.replace(plan, train=dataclasses.replace(plan.train, device="cuda"))
     storage = str(storage_path)
     if storage_filesystem is None and "://" not in storage:
         storage = str(Path(storage).resolve())
     loop_config = {
-        "model_config": model_config,
-        "train_config": train_config,
-        "data": data,
-        "validation": validation,
+        "plan": plan,
+        "open_filesystem": open_filesystem,
         "use_gpu": use_gpu,
-        "init_seed": train_config.seed if init_seed is None else init_seed,
         "resume_ref": ray.put(Path(resume_from).read_bytes()) if resume_from else None,
-        "data_id": data_id,
         "max_seconds": max_seconds,
         "max_steps": max_steps,
     }

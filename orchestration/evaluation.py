@@ -2,8 +2,8 @@
 
 Decoding, verification and scoring are ``linc_core.evaluate.evaluate_policy`` (every solution
 re-checked by the independent verifier; an infeasible one is an error row, never dropped); this
-module picks the decoding budget from the platform config and logs the rows, the summary and a
-route plot as artifacts of the trial's run.
+module decodes with the budget of the plan's evaluation source and logs the rows, the summary
+and a route plot as artifacts of the trial's run.
 """
 
 from __future__ import annotations
@@ -17,24 +17,20 @@ from linc_core.decode import DecodeConfig
 from linc_core.evaluate import Evaluation, atomic_write, evaluate_policy, plot_routes, rows_csv
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy
-from linc_core.seeding import derive_seed
-from orchestration.config import DataSpec
+from linc_core.plan import EvaluationSource
 
 
-def decode_config(policy: LincPolicy, data: DataSpec) -> DecodeConfig:
+def decode_config(policy: LincPolicy, source: EvaluationSource) -> DecodeConfig:
     """The final-evaluation budget: z-sampling (or POMO starts for a model without z)."""
-    method = "multistart" if policy.config.z_dim == 0 else data.eval_decoding
+    method = "multistart" if policy.config.z_dim == 0 else source.decoding
     return DecodeConfig(
-        method=method,
-        num_z=data.eval_rollouts,
-        augment=data.eval_augment,
-        seed=derive_seed(data.seed, "final-evaluation"),
+        method=method, num_z=source.rollouts, augment=source.augment, seed=source.seed
     )
 
 
-def evaluate_trial(policy: LincPolicy, instances: Instance, data: DataSpec) -> Evaluation:
-    """Decode ``instances`` (``[B]``) with the configured budget; exact Euclidean costs."""
-    return evaluate_policy(policy, instances, decode_config(policy, data), convention="exact")
+def evaluate_trial(policy: LincPolicy, instances: Instance, source: EvaluationSource) -> Evaluation:
+    """Decode ``instances`` (``[B]``) with the source's budget; exact Euclidean costs."""
+    return evaluate_policy(policy, instances, decode_config(policy, source), convention="exact")
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:

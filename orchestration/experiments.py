@@ -9,6 +9,7 @@ re-opened (its id is kept in ``linc_sweep.json`` beside Tune's state).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -17,34 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-import ray
 from ray import tune
 
-from linc_core.config import PRESETS
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
-from orchestration.tracking import ensure_experiment, flatten_params
-from orchestration.trainable import train_linc, trial_resources
+from orchestration.plan import TrialPlan
+from orchestration.ray_session import init_ray
+from orchestration.tables import ablation_table, aggregate_rows, search_table
+from orchestration.tracking import ensure_experiment
+from orchestration.trainable import train_linc
 
 SWEEP_FILE = "linc_sweep.json"
-
-
-def init_ray(config: PlatformConfig) -> None:
-    """Join ``cluster.address`` / ``$RAY_ADDRESS`` (under ``ray job submit``) or start a local Ray.
-
-    A local Ray binds to 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before
-    ``ray`` starts its processes).
-    """
-    if ray.is_initialized():
-        return
-    address = config.cluster.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-    else:
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        # address="local": a new Ray of this process, even when another program's `ray start`
-        # head is up (its address file would otherwise be joined)
-        ray.init(address="local", num_cpus=config.cluster.num_cpus, include_dashboard=False)
 
 
 @dataclass
@@ -54,6 +38,23 @@ class SweepResult:
     rows: list[dict[str, Any]]
     table: str
     experiment_path: str
+    tracking_uri: str
+
+
+@dataclass
+class Experiment:
+    """A finished (or resumed) Tune experiment and the MLflow parent run of its sweep."""
+
+    results: tune.ResultGrid
+    parent_run_id: str
+    path: str
+    tracking_uri: str
+
+    def client(self) -> mlflow.tracking.MlflowClient:
+        return mlflow.tracking.MlflowClient(tracking_uri=self.tracking_uri)
+
+    def finish(self, *, failed: bool) -> None:
+        self.client().set_terminated(self.parent_run_id, status="FAILED" if failed else "FINISHED")
 
 
 def _storage(config: PlatformConfig) -> tuple[str, Any]:
@@ -66,17 +67,21 @@ def _storage(config: PlatformConfig) -> tuple[str, Any]:
     return storage, None
 
 
-def _parent_run(config: PlatformConfig, name: str, sweep_file: Path | None) -> str:
-    """The sweep's MLflow parent run id: re-opened from ``sweep_file`` when resuming."""
-    tracking_uri = config.tracking_uri()
-    experiment_id = ensure_experiment(tracking_uri, config.tracking.experiment)
-    client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+def _parent_run(plan: TrialPlan, sweep: dict[str, Any], sweep_file: Path | None) -> str:
+    """The sweep's MLflow parent run id: re-opened from ``sweep_file`` when resuming.
+
+    Its params are the sweep (``sweep.*``: name, kind and what it varies) and the effective
+    settings of the base trial, which every trial shares except what the sweep varies.
+    """
+    name = sweep["name"]
+    experiment_id = ensure_experiment(plan.tracking.uri, plan.tracking.experiment)
+    client = mlflow.tracking.MlflowClient(tracking_uri=plan.tracking.uri)
     if sweep_file is not None and sweep_file.exists():
         run_id = json.loads(sweep_file.read_text())["parent_run_id"]
         client.update_run(run_id, status="RUNNING")
         return run_id
     run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
-    params = [mlflow.entities.Param(k, v) for k, v in flatten_params(config.raw).items()]
+    params = [mlflow.entities.Param(k, v) for k, v in plan.params(sweep=sweep).items()]
     client.log_batch(run.info.run_id, params=params)  # one write (the client splits >100)
     if sweep_file is not None:
         sweep_file.parent.mkdir(parents=True, exist_ok=True)
@@ -88,20 +93,25 @@ def _parent_run(config: PlatformConfig, name: str, sweep_file: Path | None) -> s
 
 def run_experiment(
     config: PlatformConfig,
-    name: str,
+    sweep: dict[str, Any],
     param_space: dict[str, Any],
     *,
     resume: bool = True,
     tune_config: tune.TuneConfig | None = None,
-) -> tuple[tune.ResultGrid, str, str]:
-    """Run (or resume) the Tune experiment ``name``: (results, parent run id, experiment path)."""
-    init_ray(config)
+) -> Experiment:
+    """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
+
+    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies.
+    """
+    name = sweep["name"]
+    init_ray(config.cluster.address, config.cluster.num_cpus)
+    plan = TrialPlan.from_config(config)  # the base trial: resolves the tracking store once
     storage_path, filesystem = _storage(config)
     experiment_path = f"{storage_path.rstrip('/')}/{name}"
     local_sweep_file = Path(experiment_path) / SWEEP_FILE if filesystem is None else None
-    parent_run_id = _parent_run(config, name, local_sweep_file)
-    param_space = _with_tracking(param_space, parent_run_id, name, config.tracking_uri())
-    trainable = tune.with_resources(train_linc, trial_resources(config))
+    parent_run_id = _parent_run(plan, sweep, local_sweep_file)
+    param_space = _with_tracking(param_space, parent_run_id, name, plan.tracking.uri)
+    trainable = tune.with_resources(train_linc, config.cluster.trial_resources())
     restorable = tune.Tuner.can_restore(experiment_path, storage_filesystem=filesystem)
     if resume and restorable:
         tuner = tune.Tuner.restore(
@@ -130,7 +140,7 @@ def run_experiment(
             ),
         )
     results = tuner.fit()
-    return results, parent_run_id, experiment_path
+    return Experiment(results, parent_run_id, experiment_path, plan.tracking.uri)
 
 
 def _with_tracking(
@@ -144,23 +154,26 @@ def _with_tracking(
     return space
 
 
-def _finish_parent(config: PlatformConfig, parent_run_id: str, *, failed: bool) -> None:
-    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
-    client.set_terminated(parent_run_id, status="FAILED" if failed else "FINISHED")
-
-
 def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
     """One trial (the config's variant and seed) as a Tune experiment."""
-    _, train = config.linc_configs()
-    name = name or f"train-{config.model.variant}-{config.task.problem}-seed{train.seed}"
-    results, parent, path = run_experiment(config, name, config.raw)
+    run = config.run
+    name = name or f"train-{run.variant}-{run.data.problem}-seed{run.train.seed}"
+    experiment = run_experiment(config, {"name": name, "kind": "train"}, config.raw)
+    results = experiment.results
     rows = [_result_row(r) for r in results]
     failed = bool(results.errors)
-    _finish_parent(config, parent, failed=failed)
+    experiment.finish(failed=failed)
     if failed:
         raise RuntimeError(f"{name}: trial failed: {results.errors[0]}")
-    table = ablation_table(rows, reference=None)
-    return SweepResult(name, parent, rows, table, path)
+    return _sweep_result(name, experiment, rows, ablation_table(rows, compare_to=None))
+
+
+def _sweep_result(
+    name: str, experiment: Experiment, rows: list[dict[str, Any]], table: str
+) -> SweepResult:
+    return SweepResult(
+        name, experiment.parent_run_id, rows, table, experiment.path, experiment.tracking_uri
+    )
 
 
 def run_ablation(config: PlatformConfig) -> SweepResult:
@@ -173,24 +186,25 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
         }
     )
     started = time.perf_counter()
-    results, parent, path = run_experiment(config, spec.name, param_space, resume=spec.resume)
+    sweep = {"kind": "ablation"} | dataclasses.asdict(spec)
+    experiment = run_experiment(config, sweep, param_space, resume=spec.resume)
+    results, parent, client = experiment.results, experiment.parent_run_id, experiment.client()
     rows = [_result_row(r) for r in results]
-    table = ablation_table(rows, reference=spec.reference)
-    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
+    table = ablation_table(rows, compare_to=spec.compare_to)
     client.log_text(parent, table, "ablation_table.md")
     client.log_text(parent, json.dumps(rows, indent=2), "ablation_rows.json")
     client.log_metric(parent, "sweep_seconds", time.perf_counter() - started)
-    for row in aggregate_rows(rows, spec.reference):
+    for row in aggregate_rows(rows, spec.compare_to):
         if row["gap_pct"] is not None:
             client.log_metric(parent, f"gap_pct.{row['variant']}", row["gap_pct"])
     failed = bool(results.errors)
-    _finish_parent(config, parent, failed=failed)
+    experiment.finish(failed=failed)
     if failed:
         raise RuntimeError(
             f"{spec.name}: {len(results.errors)} trial(s) failed; "
             f"first: {results.errors[0]}\n{table}"
         )
-    return SweepResult(spec.name, parent, rows, table, path)
+    return _sweep_result(spec.name, experiment, rows, table)
 
 
 def search_space(spec: SearchSpec) -> dict[str, Any]:
@@ -218,7 +232,6 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     spec = config.search
     if spec is None:
         raise ValueError("search: no search section in the config (use search=default)")
-    _, train = config.linc_configs()
     searcher = ConcurrencyLimiter(
         OptunaSearch(metric=spec.metric, mode=spec.mode, seed=spec.seed),
         max_concurrent=spec.max_concurrent,
@@ -227,7 +240,7 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         time_attr="training_iteration",
         metric=spec.metric,
         mode=spec.mode,
-        max_t=max(train.epochs, spec.grace_period),
+        max_t=max(config.run.train.epochs, spec.grace_period),
         grace_period=spec.grace_period,
         reduction_factor=spec.reduction_factor,
     )
@@ -238,23 +251,20 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         reuse_actors=config.cluster.reuse_actors,
     )
     param_space = config.with_values(**search_space(spec))
-    results, parent, path = run_experiment(
-        config, spec.name, param_space, resume=True, tune_config=tune_config
-    )
+    sweep = {"kind": "search"} | dataclasses.asdict(spec)
+    experiment = run_experiment(config, sweep, param_space, resume=True, tune_config=tune_config)
+    results, parent, client = experiment.results, experiment.parent_run_id, experiment.client()
     best = results.get_best_result(metric=spec.metric, mode=spec.mode, scope="all")
     best_values = {key: _dotted_get(best.config, key) for key in spec.space}
     best_metric = _best_metric(best, spec.metric, spec.mode)
-    client = mlflow.tracking.MlflowClient(tracking_uri=config.tracking_uri())
     client.log_text(parent, json.dumps(best_values, indent=2), "best_config.json")
     for key, value in best_values.items():
         client.set_tag(parent, f"best.{key}", str(value))
     client.log_metric(parent, f"best_{spec.metric}", best_metric)
     rows = [_result_row(r, tuple(spec.space)) for r in results]
-    _finish_parent(config, parent, failed=False)
-    table = search_table(rows, spec)
-    return SweepResult(spec.name, parent, rows, table, path), best_values | {
-        spec.metric: best_metric
-    }
+    experiment.finish(failed=False)
+    result = _sweep_result(spec.name, experiment, rows, search_table(rows, spec))
+    return result, best_values | {spec.metric: best_metric}
 
 
 def _best_metric(result: Any, metric: str, mode: str) -> float:
@@ -289,68 +299,9 @@ def _result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
-def aggregate_rows(rows: list[dict[str, Any]], reference: str | None) -> list[dict[str, Any]]:
-    """Mean over seeds per variant (in preset order) with the gap to ``reference`` in percent."""
-    by_variant: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_variant.setdefault(row["variant"], []).append(row)
-    order = [v for v in PRESETS if v in by_variant]
-    table = []
-    for variant in order:
-        runs = by_variant[variant]
-        costs = [r["eval_cost"] for r in runs if r["eval_cost"] is not None]
-        table.append(
-            {
-                "variant": variant,
-                "label": PRESETS[variant].label,
-                "seeds": len(runs),
-                "obj": sum(costs) / len(costs) if costs else None,
-                "infeasible": sum(r["eval_infeasible"] or 0 for r in runs),
-                "seconds": sum(r["seconds"] or 0 for r in runs) / len(runs),
-            }
-        )
-    reference_obj = next((r["obj"] for r in table if r["variant"] == reference), None)
-    for row in table:
-        row["gap_pct"] = (
-            100.0 * (row["obj"] - reference_obj) / reference_obj
-            if row["obj"] is not None and reference_obj
-            else None
-        )
-    return table
-
-
-def ablation_table(rows: list[dict[str, Any]], reference: str | None) -> str:
-    """Markdown shaped like the paper's ablation table: Variant, Obj., Gap vs reference, Time."""
-    gap_title = f"Gap vs {PRESETS[reference].label} (%)" if reference else "Gap (%)"
-    lines = [
-        f"| Variant | Obj. | {gap_title} | Infeasible | Seeds | Time (s) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for row in aggregate_rows(rows, reference):
-        obj = f"{row['obj']:.2f}" if row["obj"] is not None else "failed"
-        gap = f"{row['gap_pct']:+.2f}" if row["gap_pct"] is not None else "-"
-        lines.append(
-            f"| {row['label']} | {obj} | {gap} | {row['infeasible']:.0f} | {row['seeds']} "
-            f"| {row['seconds']:.0f} |"
-        )
-    return "\n".join(lines)
-
-
-def search_table(rows: list[dict[str, Any]], spec: SearchSpec) -> str:
-    lines = [f"| trial | {spec.metric} | epochs | params |", "|---:|---:|---:|---|"]
-    ranked = sorted(rows, key=lambda r: (r.get(spec.metric) is None, r.get(spec.metric) or 0))
-    for index, row in enumerate(ranked):
-        value = row.get(spec.metric)
-        shown = f"{value:.4f}" if value is not None else "-"
-        lines.append(f"| {index} | {shown} | {row['epochs']} | {row['config']} |")
-    return "\n".join(lines)
-
-
 __all__ = [
+    "Experiment",
     "SweepResult",
-    "ablation_table",
-    "aggregate_rows",
-    "init_ray",
     "run_ablation",
     "run_experiment",
     "run_search",

@@ -1,13 +1,15 @@
-"""MLflow helpers: a local SQLite tracking URI, safe parameter flattening, a fit() callback.
+"""MLflow helpers: the tracking URI, safe parameter flattening, a fit() callback.
 
 MLflow 3.17 keeps the plain ``./mlruns`` file store in maintenance mode, so the local default is a
-SQLite database (``sqlite:///ABSOLUTE/PATH/mlflow.db``). Parameters are flattened to dotted keys,
+SQLite database (``sqlite:///ABSOLUTE/PATH/mlflow.db``); :func:`resolve_tracking_uri` is the one
+place that picks the store. Parameters are flattened to dotted keys,
 values are truncated to MLflow's length limit and anything whose key looks like a credential is
 dropped before it can reach the tracking store.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +19,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from linc_core.train.loop import BaseCallback
+from linc_core.typed import ConfigError
 
 try:  # the limit MLflow itself enforces on a parameter value (6000 characters in 3.17)
     from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
@@ -37,9 +40,24 @@ EPOCH_METRICS: tuple[str, ...] = (
 )
 
 
-def default_tracking_uri(root: str | Path) -> str:
-    """``sqlite:///ABS/PATH/mlflow.db`` under ``root`` (created if missing)."""
-    folder = Path(root).expanduser().resolve()
+def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -> str:
+    """The MLflow tracking store: ``uri`` if given, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///ABS/PATH/mlflow.db`` in the local folder ``storage`` (created if missing).
+
+    Raises:
+        ConfigError: no URI is given or set and ``storage`` is remote (``s3://...``), where a
+            SQLite file cannot live.
+    """
+    if uri:
+        return uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if "://" in str(storage):
+        raise ConfigError(
+            f"tracking.uri: required when cluster.storage is remote ({str(storage)!r}); set it "
+            "or MLFLOW_TRACKING_URI"
+        )
+    folder = Path(storage).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'mlflow.db'}"
 
@@ -110,8 +128,8 @@ __all__ = [
     "EPOCH_METRICS",
     "MAX_PARAM_VAL_LENGTH",
     "MLflowCallback",
-    "default_tracking_uri",
     "ensure_experiment",
     "flatten_params",
     "looks_like_credential",
+    "resolve_tracking_uri",
 ]

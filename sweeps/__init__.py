@@ -1,1 +1,2 @@
-"""Hydra configs and job entry points (filled by the platform issue)."""
+"""Hydra configs (``sweeps/conf``) and the job entry points: linc-generate, linc-tune,
+linc-ablation, linc-hpo, linc-report and the demo."""

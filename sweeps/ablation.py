@@ -24,7 +24,7 @@ def ablation(config) -> int:
     result = run_ablation(config)
     print(f"\n{result.name}: {len(result.rows)} trials\n")
     print(result.table)
-    print_mlflow_ui(config, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 

@@ -21,20 +21,23 @@ DEMO_DATA = {"count": 2048, "shard_size": 256, "split": "train", "seed": 2026112
 
 
 def demo(config) -> int:
+    from linc_core.typed import build
     from orchestration.config import PlatformConfig
-    from orchestration.datagen import DatagenConfig, generate_dataset
-    from orchestration.experiments import init_ray, run_ablation
+    from orchestration.datagen import generate_dataset
+    from orchestration.datagen_config import DatagenConfig
+    from orchestration.experiments import run_ablation
+    from orchestration.ray_session import init_ray
 
     started = time.perf_counter()
-    task = config.task
-    uri = config.data.uri or str(
-        Path("data").resolve() / f"demo-{task.problem}{task.num_customers}-train"
-    )
-    init_ray(config)
-    datagen = DatagenConfig.from_mapping(
+    task = config.run.data
+    uri = task.uri or str(Path("data").resolve() / f"demo-{task.problem}{task.num_customers}-train")
+    init_ray(config.cluster.address, config.cluster.num_cpus)
+    datagen = build(
+        DatagenConfig,
         DEMO_DATA
         | {"task": task.problem, "size": task.num_customers, "uri": uri, "workers": 2}
-        | {"cpus_per_worker": 1.0, "progress": False}
+        | {"cpus_per_worker": 1.0, "progress": False},
+        "",
     )
     manifest = generate_dataset(datagen)
     print(
@@ -49,7 +52,7 @@ def demo(config) -> int:
     result = run_ablation(config)
     print(f"\n{result.name}: {len(result.rows)} trials, {time.perf_counter() - started:.0f}s\n")
     print(result.table)
-    print_mlflow_ui(config, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 

@@ -25,7 +25,7 @@ def hpo(config) -> int:
     print(f"\n{result.name}: {len(result.rows)} trials\n")
     print(result.table)
     print(f"\nbest: {json.dumps(best)}")
-    print_mlflow_ui(config, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 

@@ -1,22 +1,23 @@
-"""``linc-report``: the paper-shaped tables rebuilt from MLflow runs (no Ray needed).
+"""``linc-report``: the paper-shaped tables rebuilt from MLflow runs (reads the tracking store
+only; Ray is not imported).
 
     linc-report ablation --experiment linc-cpu --sweep ablation-cpu
     linc-report budget   --experiment linc-cpu
     linc-report benchmark --experiment linc-cpu
     linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
 
-``ablation``: mean final evaluation cost per variant over seeds with the gap to Full LINC (as
-``linc-ablation`` prints it). ``benchmark``: per evaluation set and variant, the mean cost and the
-count of infeasible solutions. ``budget``: per run, epochs, wall time and parameter count.
-The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``.
+``ablation``: mean final evaluation cost per variant over seeds with the gap to the
+``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it). ``benchmark``: per
+evaluation set and variant, the mean cost and the count of infeasible solutions. ``budget``:
+per run, epochs, wall time and parameter count.
+The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
+(``orchestration.tracking.resolve_tracking_uri``, as the sweeps pick it).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 
@@ -57,12 +58,12 @@ def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def benchmark_table(rows: Sequence[dict[str, Any]]) -> str:
-    from orchestration.experiments import aggregate_rows
+    from orchestration.tables import aggregate_rows
 
     lines = ["| Set | Variant | Obj. | Infeasible | Runs |", "|---|---|---:|---:|---:|"]
     for eval_set in sorted({r["eval_set"] for r in rows if r["eval_set"]}):
         subset = [r for r in rows if r["eval_set"] == eval_set]
-        for row in aggregate_rows(subset, reference=None):
+        for row in aggregate_rows(subset, compare_to=None):
             obj = f"{row['obj']:.2f}" if row["obj"] is not None else "-"
             cells = (eval_set, row["label"], obj, f"{row['infeasible']:.0f}", str(row["seeds"]))
             lines.append("| " + " | ".join(cells) + " |")
@@ -82,30 +83,27 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def default_tracking_uri() -> str:
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{Path('runs').resolve() / 'mlflow.db'}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="linc-report", description=__doc__.splitlines()[0])
     parser.add_argument("table", choices=("ablation", "benchmark", "budget"))
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--experiment", default="linc-cpu")
     parser.add_argument("--sweep", default=None, help="only the trials of this sweep")
-    parser.add_argument("--reference", default="full_linc", help="ablation gap reference")
+    parser.add_argument(
+        "--compare-to", default="full_linc", help="the variant the ablation's gaps are relative to"
+    )
     args = parser.parse_args(argv)
-    from orchestration.experiments import ablation_table
+    from orchestration.tables import ablation_table
+    from orchestration.tracking import resolve_tracking_uri
 
     rows = run_rows(
-        trial_runs(args.tracking_uri or default_tracking_uri(), args.experiment, args.sweep)
+        trial_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, args.sweep)
     )
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
     if args.table == "ablation":
         variants = {r["variant"] for r in rows}
-        print(ablation_table(rows, args.reference if args.reference in variants else None))
+        print(ablation_table(rows, args.compare_to if args.compare_to in variants else None))
     elif args.table == "benchmark":
         print(benchmark_table(rows))
     else:

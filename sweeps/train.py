@@ -24,7 +24,7 @@ def train(config) -> int:
         f"validation {row['validation_cost']}, eval {row['eval_cost']}"
     )
     print(f"Tune experiment: {result.experiment_path}")
-    print_mlflow_ui(config, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 

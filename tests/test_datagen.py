@@ -22,13 +22,9 @@ from linc_core.dataset import MANIFEST_NAME, load_dataset, shard_name  # noqa: E
 from linc_core.instances import TENSOR_FIELDS, Instance  # noqa: E402
 from linc_core.problems.generators import generate_cvrptw_envelope  # noqa: E402
 from linc_core.seeding import derive_seed  # noqa: E402
-from orchestration.datagen import (  # noqa: E402
-    DatagenConfig,
-    DatagenConfigError,
-    DatagenError,
-    ShardResult,
-    generate_dataset,
-)
+from linc_core.typed import ConfigError, build  # noqa: E402
+from orchestration.datagen import DatagenError, ShardResult, generate_dataset  # noqa: E402
+from orchestration.datagen_config import DatagenConfig  # noqa: E402
 from orchestration.datasets import (  # noqa: E402
     StorageUnavailableError,
     load_evaluation_set,
@@ -50,7 +46,7 @@ REFERENCE = {
 
 
 def config(uri: str, **changes: object) -> DatagenConfig:
-    return DatagenConfig.from_mapping({**REFERENCE, "uri": uri, **changes})
+    return build(DatagenConfig, {**REFERENCE, "uri": uri, **changes}, "")
 
 
 def folder_bytes(root: Path) -> dict[str, bytes]:
@@ -101,17 +97,34 @@ def s3_server() -> Iterator[str]:
 
 # ------------------------------------------------------------------------------ config
 def test_config_rejects_unknown_keys_and_bad_values() -> None:
-    with pytest.raises(DatagenConfigError, match=r"unknown config key\(s\) \['shards'\]"):
-        DatagenConfig.from_mapping({**REFERENCE, "uri": "x", "shards": 3})
-    with pytest.raises(DatagenConfigError, match="config.task = 'vrp'"):
+    with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['shards'\]"):
+        config("x", shards=3)
+    with pytest.raises(ConfigError, match=r"^task: expected one of \(.*\), got 'vrp'$"):
         config("x", task="vrp")
-    with pytest.raises(DatagenConfigError, match="config.cpus_per_worker = 0"):
+    with pytest.raises(ConfigError, match=r"^cpus_per_worker: expected > 0, got 0.0$"):
         config("x", cpus_per_worker=0)
-    with pytest.raises(DatagenConfigError, match="config.count = True"):
+    with pytest.raises(ConfigError, match="^count: expected int, got True$"):
         config("x", count=True)
-    with pytest.raises(DatagenConfigError, match=r"missing config key\(s\) \['count'\]"):
-        DatagenConfig.from_mapping({"shard_size": 4})
+    with pytest.raises(ConfigError, match=r"^split: expected .*, got 'a/b'$"):
+        config("x", split="a/b")
+    with pytest.raises(ConfigError, match=r"^missing key\(s\) \['count'\]"):
+        build(DatagenConfig, {"shard_size": 4}, "")
     assert config("x", cpus_per_worker=0.5).ray_cpus == 1
+
+
+def test_linc_generate_composes_and_refuses_bad_config_in_one_line(capsys) -> None:
+    from sweeps.generate import load_config, main
+
+    loaded = load_config(["task=cvrp", "size=50", "count=10", "shard_size=5"])
+    assert (loaded.task, loaded.size, loaded.uri) == ("cvrp", 50, "data/cvrp50-train")
+    assert main(["task=vrp"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("linc-generate: invalid config: task: expected one of")
+        and err.count("\n") == 1
+    )
+    assert main(["colour=red"]) == 2  # Hydra's refusal, also one line
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------------ local
@@ -251,9 +264,9 @@ def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
     """The plain fit loop reads a generated set through ShardedTrainingData (no Ray needed)."""
     import dataclasses
 
-    from linc_core.config import preset_configs
     from linc_core.dataset import ShardedTrainingData
     from linc_core.model import LincPolicy
+    from linc_core.presets import preset_configs
     from linc_core.train import fit
 
     data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)

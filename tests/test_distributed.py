@@ -18,14 +18,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from linc_core.config import preset_configs
 from linc_core.decode import DecodeConfig, decode
-from linc_core.model import LincPolicy
-from linc_core.model.policy import BatchRows
+from linc_core.model import BatchRows, LincPolicy
+from linc_core.plan import DataSource, EvaluationSource, RunPlan, ValidationSource
+from linc_core.presets import preset_configs
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world
-from linc_core.train.loop import fit
+from linc_core.train.loop import fit, initial_policy
 from linc_core.train.step import train_step
 
 TINY = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
@@ -74,6 +74,15 @@ def one_step(case: str, world_: World) -> dict:
 def fit_setup():
     model, config = tiny_configs("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
     return model, config, GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
+
+
+def tiny_plan(**train) -> RunPlan:
+    """fit_setup's run as a plan: data-parallel workers realise its data themselves."""
+    model, config = tiny_configs(
+        "full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2, **train
+    )
+    data = DataSource("generated", "cvrptw", CUSTOMERS, seed=5)
+    return RunPlan("full_linc", None, model, config, data, ValidationSource(), EvaluationSource())
 
 
 def interrupted_fit(folder: Path, world_: World) -> list[dict]:
@@ -160,9 +169,8 @@ def test_batch_rows_split_contiguously_and_reject_uneven_batches() -> None:
 def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp_path) -> None:
     from orchestration.distributed import CHECKPOINT_FILE, fit_data_parallel
 
-    model, config = tiny_configs(
-        "full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2, learning_rate=1e-2
-    )
+    plan = tiny_plan(learning_rate=1e-2)
+    model, config = plan.model, plan.train
     data = GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
     seen: list[tuple[dict, object]] = []
     common = {
@@ -172,7 +180,7 @@ def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp
         "worker_env": {"GLOO_SOCKET_IFNAME": "lo"},
     }
     result = fit_data_parallel(
-        model, config, data, run_name="dp", on_epoch=lambda r, c: seen.append((r, c)), **common
+        plan, run_name="dp", on_epoch=lambda r, c: seen.append((r, c)), **common
     )
     assert [record["epoch"] for record, _ in seen] == [1, 2]
     assert [record["global_step"] for record in result.history] == [2, 4]
@@ -183,8 +191,7 @@ def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp
     assert load_checkpoint(first)["epoch"] == 1
 
     # The same run in one process: same metrics every epoch, same trained policy.
-    torch.manual_seed(config.seed)
-    initial = LincPolicy(model)
+    initial = initial_policy(model, config)
     start = [p.detach().clone() for p in initial.parameters()]
     single = fit(initial, config, data)
     keys = ("train_best_cost", "train_mean_cost", "loss", "tau")
@@ -208,16 +215,13 @@ def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp
 def test_ray_train_run_resumes_from_a_checkpoint_file(ray_session, tmp_path) -> None:
     from orchestration.distributed import fit_data_parallel
 
-    model, config = tiny_configs("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
-    data = GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
+    model, config, data = fit_setup()
     torch.manual_seed(config.seed)
     straight = fit(LincPolicy(model), config, data)
     torch.manual_seed(config.seed)
     fit(LincPolicy(model), config, data, checkpoint_dir=tmp_path / "one", max_steps=2)
     resumed = fit_data_parallel(
-        model,
-        config,
-        data,
+        tiny_plan(),
         num_workers=2,
         resources_per_worker={"CPU": 1},
         storage_path=tmp_path / "ray",
@@ -235,11 +239,8 @@ def _tune_trial(config: dict) -> None:
 
     from orchestration.distributed import fit_data_parallel
 
-    model, train_config, data = fit_setup()
     fit_data_parallel(
-        model,
-        train_config,
-        data,
+        tiny_plan(),
         num_workers=2,
         resources_per_worker={"CPU": 1},
         storage_path=config["storage"],
@@ -267,8 +268,7 @@ def test_data_parallel_run_inside_a_tune_trial_reports_each_epoch(ray_session, t
     assert result.error is None
     assert (result.metrics["epoch"], result.metrics["training_iteration"]) == (2, 2)
     model, config, data = fit_setup()
-    torch.manual_seed(config.seed)
-    single = fit(LincPolicy(model), config, data)
+    single = fit(initial_policy(model, config), config, data)
     assert result.metrics["train_best_cost"] == pytest.approx(
         single.history[-1]["train_best_cost"], rel=1e-5
     )

@@ -24,13 +24,9 @@ import torch
 from torch import Tensor
 
 from linc_core.config import (
-    ABLATION_VARIANTS,
-    PRESETS,
     ModelConfig,
     TrainConfig,
     config_differences,
-    from_dict,
-    preset_configs,
 )
 from linc_core.instances import Instance
 from linc_core.model import (
@@ -43,6 +39,7 @@ from linc_core.model import (
 )
 from linc_core.model.features import node_inputs
 from linc_core.model.scorer import CandidateScorer, feasible_customers
+from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.problems import (
     CONSEQUENCE_FEATURES,
     CVRPTWEnv,
@@ -52,6 +49,7 @@ from linc_core.problems import (
     make_env,
     random_feasible_actions,
 )
+from linc_core.typed import ConfigError, build, literal_values
 from tests.golden import GOLDEN_DIR, load_golden
 from tests.test_cvrptw import instance_from_golden
 
@@ -764,7 +762,7 @@ EXPECTED_DIFFERENCES: dict[str, tuple[dict, dict]] = {
             "node_static_features": (),
             "input_scale": "horizon",
         },
-        {"advantage": "group_mean", "normalize_advantage": False, "best_only_start_ratio": 0.0},
+        {"advantage": "group_mean", "normalise_advantage": False, "best_only_start_ratio": 0.0},
     ),
     "pomo": (
         {
@@ -777,7 +775,7 @@ EXPECTED_DIFFERENCES: dict[str, tuple[dict, dict]] = {
         },
         {
             "advantage": "group_mean",
-            "normalize_advantage": False,
+            "normalise_advantage": False,
             "rollout_mask": "dense",
             "best_only_start_ratio": 0.0,
             "multi_start": True,
@@ -787,20 +785,10 @@ EXPECTED_DIFFERENCES: dict[str, tuple[dict, dict]] = {
 
 
 def test_preset_names_and_order() -> None:
-    assert ABLATION_VARIANTS == (
-        "baseline",
-        "full_linc",
-        "no_local",
-        "naive_mlp",
-        "no_gateattn",
-        "no_depth_mixer",
-        "no_soft_top1",
-        "group_mean",
-        "centered_mlp",
-        "raw_linear",
-        "no_step_summary",
-        "full_mu_summary",
-    )
+    """The ablation list is the paper's table: the first twelve presets, in their order."""
+    assert len(ABLATION_VARIANTS) == 12 and tuple(PRESETS)[:12] == ABLATION_VARIANTS
+    assert ABLATION_VARIANTS[:2] == ("baseline", "full_linc")
+    assert ABLATION_VARIANTS[-1] == "full_mu_summary"
     assert set(PRESETS) == set(EXPECTED_DIFFERENCES) == {*ABLATION_VARIANTS, "polynet", "pomo"}
 
 
@@ -819,7 +807,7 @@ def test_full_linc_is_the_reference_cvrptw_model() -> None:
     assert model.scorer_hidden_dim == 128 and model.phi_bias
     assert model.summary_stats == (("mean", "travel"), ("mean", "wait"), ("min", "slack"))
     assert (train.advantage, train.rollout_mask) == ("soft_top1", "best_only")
-    assert train.best_only_start_ratio == 0.25 and train.normalize_advantage
+    assert train.best_only_start_ratio == 0.25 and train.normalise_advantage
     assert (train.tau_start, train.tau_end) == (4.0, 0.25)
     assert train.tau_anneal_ratio == pytest.approx(1 / 300)
     assert (train.num_rollouts, train.batch_size, train.instances_per_epoch) == (128, 128, 6400)
@@ -915,9 +903,9 @@ def test_model_config_rejects_bad_values_naming_the_field(overrides: dict, field
 
 
 def test_feature_names_are_checked_against_the_problem() -> None:
-    with pytest.raises(ValueError, match="candidate_features: 'wait' is not a cvrp feature"):
+    with pytest.raises(ValueError, match=r"candidate_features: expected a cvrp feature .*'wait'"):
         ModelConfig.for_problem("cvrp", candidate_features=("travel", "wait"))
-    with pytest.raises(ValueError, match="centred_features: 'slack' is not a tsp feature"):
+    with pytest.raises(ValueError, match=r"centred_features: expected a tsp feature .*'slack'"):
         ModelConfig.for_problem("tsp", centred_features=("travel", "slack"))
     # The problems' defaults are valid and the mlp scorer without a summary is accepted.
     for problem in PROBLEMS:
@@ -944,12 +932,52 @@ def test_train_config_rejects_bad_values_naming_the_field(overrides: dict, field
 
 
 def test_unknown_preset_and_unknown_keys_are_named() -> None:
-    with pytest.raises(ValueError, match="unknown preset 'full_lnc'"):
+    with pytest.raises(ConfigError, match=r"model.variant: expected one of \[.*\], got 'full_lnc'"):
         preset_configs("full_lnc")
-    with pytest.raises(ValueError, match=r"unknown keys \['embeding_dim'\]"):
-        from_dict(ModelConfig, {"embeding_dim": 64})
-    rebuilt = from_dict(ModelConfig, dataclasses.asdict(preset_configs("centered_mlp")[0]))
+    with pytest.raises(ConfigError, match=r"model: unknown key\(s\) \['embeding_dim'\]"):
+        build(ModelConfig, {"embeding_dim": 64}, "model")
+    rebuilt = build(ModelConfig, dataclasses.asdict(preset_configs("centered_mlp")[0]), "model")
     assert rebuilt == preset_configs("centered_mlp")[0]
+
+
+@pytest.mark.parametrize(
+    ("cls", "values", "message"),
+    [
+        # the allowed values come from the Literal annotation
+        (
+            ModelConfig,
+            {"scorer": "attention"},
+            "model.scorer: expected one of ('baseline', 'linc', 'mlp'), got 'attention'",
+        ),
+        (
+            TrainConfig,
+            {"init": "xavier"},
+            "train.init: expected one of ('linc', 'reference'), got 'xavier'",
+        ),
+        (TrainConfig, {"epochs": "ten"}, "train.epochs: expected int, got 'ten'"),
+        (TrainConfig, {"amp": 1}, "train.amp: expected bool, got 1"),
+        (TrainConfig, {"epochs": 2.5}, "train.epochs: expected int, got 2.5"),
+        (
+            ModelConfig,
+            {"candidate_features": "travel"},
+            "model.candidate_features: expected a list of str, got 'travel'",
+        ),
+        (TrainConfig, {"learning_rate": -0.5}, "train.learning_rate: expected > 0, got -0.5"),
+    ],
+)
+def test_builder_names_section_key_and_value(cls: type, values: dict, message: str) -> None:
+    section = "model" if cls is ModelConfig else "train"
+    with pytest.raises(ConfigError) as err:
+        build(cls, values, section)
+    assert str(err.value) == message
+
+
+def test_builder_converts_yaml_lists_and_integers() -> None:
+    model = build(ModelConfig, {"candidate_features": ["travel", "angle"]}, "model")
+    assert model.candidate_features == ("travel", "angle")
+    train = build(TrainConfig, {"tau_start": 100, "tau_end": 1}, "train")
+    assert (train.tau_start, type(train.tau_start)) == (100.0, float)
+    assert literal_values(TrainConfig, "advantage") == ("group_mean", "soft_top1")
 
 
 def test_reference_model_params_rebuild_the_golden_model(tmp_path) -> None:

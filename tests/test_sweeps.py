@@ -13,7 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.experiments import run_ablation, run_search, run_training
-from orchestration.tracking import ensure_experiment, flatten_params
+from orchestration.plan import TrialPlan
+from orchestration.tracking import ensure_experiment
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
 
@@ -26,8 +27,12 @@ def smoke(tmp_path: Path, *overrides: str):
     )
 
 
+def tracking_uri(config) -> str:
+    return TrialPlan.from_config(config).tracking.uri
+
+
 def runs_of(config, sweep: str):
-    client = MlflowClient(tracking_uri=config.tracking_uri())
+    client = MlflowClient(tracking_uri=tracking_uri(config))
     experiment = client.get_experiment_by_name(config.tracking.experiment)
     return client, client.search_runs(
         [experiment.experiment_id], filter_string=f"tags.sweep = '{sweep}'"
@@ -52,7 +57,11 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     assert len({r.data.tags["worker_pid"] for r in trials}) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.params == flatten_params(config.raw)  # the sweep's whole config
+    # the sweep (what it varies) and its base trial's effective settings; no null slots
+    sweep = {"kind": "ablation", "name": "ablation-smoke", "compare_to": "full_linc"}
+    sweep |= {"variants": ("baseline", "full_linc"), "seeds": (1,), "resume": True}
+    assert parent.data.params == TrialPlan.from_config(config).params(sweep=sweep)
+    assert parent.data.params["sweep.variants"] == "('baseline', 'full_linc')"
     for run in trials:
         tags, params = run.data.tags, run.data.params
         assert run.info.status == "FINISHED"
@@ -60,11 +69,16 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
         assert tags["variant"] in ("baseline", "full_linc") and tags["seed"] == "1"
         assert tags["data_id"] == "generated:cvrptw6:seed0"
         assert len(tags["git_commit"]) in (40, len("unknown"))
-        assert params["train.epochs"] == "2" and params["model.variant"] == tags["variant"]
+        # the trial's own effective settings: its variant's switches, the real schedule
+        assert params["train.epochs"] == "2" and params["variant"] == tags["variant"]
+        assert params["data.id"] == tags["data_id"] and params["train.seed"] == "1"
+        assert "None" not in params.values()
+        scorer = "baseline" if tags["variant"] == "baseline" else "linc"
+        assert params["model.scorer"] == scorer
         history = client.get_metric_history(run.info.run_id, "train_best_cost")
         assert [m.step for m in history] == [1, 2]
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"config.json", "evaluation_rows.csv", "routes.png"} <= artifacts
+        assert {"config.json", "plan.json", "evaluation_rows.csv", "routes.png"} <= artifacts
         assert run.data.metrics["eval_infeasible"] == 0
     parent_artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"ablation_table.md", "ablation_rows.json"} <= parent_artifacts
@@ -73,7 +87,7 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     assert f"| {costs['full_linc']:.2f} | +0.00 |" in result.table
 
     # linc-report rebuilds the same table (but its wall-time column) from MLflow alone
-    uri = config.tracking_uri()
+    uri = result.tracking_uri
     args = ["--tracking-uri", uri, "--experiment", "linc-smoke", "--sweep", "ablation-smoke"]
     assert report_main(["ablation", *args]) == 0
     printed = capsys.readouterr().out.splitlines()
@@ -147,7 +161,7 @@ def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> No
     env.pop("RAY_ADDRESS", None)
     config = smoke(tmp_path)
     # the store's schema exists before this process polls it while the driver writes to it
-    ensure_experiment(config.tracking_uri(), config.tracking.experiment)
+    ensure_experiment(tracking_uri(config), config.tracking.experiment)
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(
         _ablation_command(tmp_path),

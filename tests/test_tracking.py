@@ -10,25 +10,27 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from linc_core.config import preset_configs
 from linc_core.model import LincPolicy
+from linc_core.presets import preset_configs
 from linc_core.train.data import GeneratedData
 from linc_core.train.loop import fit
 from orchestration.tracking import (
     MAX_PARAM_VAL_LENGTH,
     MLflowCallback,
-    default_tracking_uri,
     ensure_experiment,
     flatten_params,
+    resolve_tracking_uri,
 )
 
 
 @pytest.fixture(autouse=True)
 def _restore_tracking_uri(monkeypatch):
-    """Tests set MLflow's process-wide tracking URI; put the previous value back afterwards."""
+    """Tests set MLflow's process-wide tracking URI; put the previous value back afterwards.
+    Without ``$MLFLOW_TRACKING_URI`` the store is the local SQLite file these tests expect."""
     from mlflow.tracking._tracking_service import utils
 
     monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
 SECRETS = {
@@ -41,11 +43,17 @@ SECRETS = {
 SECRET_VALUES = {"s3cr3t", "AKIA", "hunter2", "tok", "me", "x", "a", "b"}
 
 
-def test_default_tracking_uri_is_absolute_sqlite(tmp_path: Path, monkeypatch) -> None:
+def test_tracking_uri_is_explicit_else_environment_else_absolute_sqlite(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    uri = default_tracking_uri("store")
+    uri = resolve_tracking_uri(None, "store")
     assert uri == f"sqlite:///{tmp_path.resolve() / 'store' / 'mlflow.db'}"
     assert (tmp_path / "store").is_dir()
+    assert resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve() / 'runs' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert resolve_tracking_uri(None, "s3://bucket/runs") == "http://127.0.0.1:5000"
+    assert resolve_tracking_uri("sqlite:////x/y.db", "store") == "sqlite:////x/y.db"
 
 
 def test_flatten_params_dots_stringifies_and_truncates() -> None:
@@ -73,7 +81,7 @@ def test_flatten_params_drops_credentials() -> None:
 
 
 def test_no_credential_ever_reaches_mlflow(tmp_path: Path) -> None:
-    uri = default_tracking_uri(tmp_path)
+    uri = resolve_tracking_uri(None, tmp_path)
     experiment_id = ensure_experiment(uri, "creds")
     assert ensure_experiment(uri, "creds") == experiment_id
     mlflow.set_tracking_uri(uri)
@@ -97,7 +105,7 @@ def test_mlflow_callback_logs_each_epoch(tmp_path: Path) -> None:
     tiny = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
     model = dataclasses.replace(model, **tiny, scorer_hidden_dim=16, poly_hidden_dim=16)
     torch.manual_seed(0)
-    uri = default_tracking_uri(tmp_path)
+    uri = resolve_tracking_uri(None, tmp_path)
     mlflow.set_tracking_uri(uri)
     with mlflow.start_run(experiment_id=ensure_experiment(uri, "cb")) as run:
         result = fit(

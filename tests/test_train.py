@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from linc_core.config import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.decode import DecodeConfig, decode
 from linc_core.model import LincPolicy, sample_z
+from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.reference import solve_reference
 from linc_core.train import FixedData, GeneratedData, fit, train_step
-from linc_core.train.checkpoint import load_checkpoint, save_checkpoint
+from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
 from linc_core.train.loop import policy_from_checkpoint
 
@@ -124,6 +124,30 @@ def test_checkpoint_is_self_describing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="format_version"):
         load_checkpoint(bad)
     assert not list(tmp_path.glob(".*.pt.*"))  # no temp files left behind
+
+
+def test_checkpoint_written_before_the_normalise_rename_loads(tmp_path: Path) -> None:
+    """Checkpoints of older versions name the field ``normalize_advantage``; its value is kept."""
+    model, config = tiny_configs("polynet", num_rollouts=4, batch_size=2)
+    payload = build_payload(
+        model_config=model,
+        train_config=config,
+        model_state=LincPolicy(model).state_dict(),
+        optimizer_state=None,
+        epoch=0,
+        global_step=0,
+        history=[],
+        data_id=None,
+    )
+    train = dict(payload["train_config"])
+    train["normalize_advantage"] = train.pop("normalise_advantage")
+    old = save_checkpoint(tmp_path / "old.pt", payload | {"train_config": train})
+    loaded = load_checkpoint(old)["train_config"]
+    assert loaded == config and loaded.normalise_advantage is False
+    train["learning_rate"] = "fast"
+    bad = save_checkpoint(tmp_path / "bad.pt", payload | {"train_config": train})
+    with pytest.raises(ValueError, match=r"bad.pt: train_config.learning_rate: expected float"):
+        load_checkpoint(bad)
 
 
 def test_score_morphing_interpolates_between_reference_and_policy() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from linc_core import __version__
-from linc_core.config import ModelConfig, TrainConfig, from_dict, to_dict
+from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.typed import build
 
 FORMAT_VERSION = 1
 
@@ -88,6 +89,10 @@ def load_checkpoint(
             f"{path}: field 'format_version' = {payload.get('format_version')!r}: "
             f"this linc reads version {FORMAT_VERSION}"
         )
-    payload["model_config"] = from_dict(ModelConfig, payload["model_config"])
-    payload["train_config"] = from_dict(TrainConfig, payload["train_config"])
+    train = dict(payload["train_config"])
+    # Checkpoints written before the field took the project's British spelling.
+    if "normalize_advantage" in train:
+        train["normalise_advantage"] = train.pop("normalize_advantage")
+    payload["model_config"] = build(ModelConfig, payload["model_config"], f"{path}: model_config")
+    payload["train_config"] = build(TrainConfig, train, f"{path}: train_config")
     return payload

@@ -4,11 +4,13 @@ Examples:
     linc-train --problem cvrptw --size 20 --minutes 5
     linc-train --protocol ablation --preset full_linc --epochs 50      # Solomon-50, as the paper
 
-``--protocol ablation`` trains and evaluates on the 56 Solomon instances truncated to their first
-50 customers with the ablation's schedule (reference section 5: K = 128, batch 56, tau 100 ->
-0.01 over the first 15%, best-only from 15%) and, unless ``--init linc``, the reference
-implementation's initial weights for the seed: ``--seed 1234`` starts from the weights behind
-the reference's published CPU curves (``reference_cpu_training_curves.json``).
+``--protocol ablation`` (``linc_core.protocols``) trains and validates on the 56 Solomon
+instances truncated to their first 50 customers with the ablation's schedule (reference section
+5: K = 128, batch 56, tau 100 -> 0.01 over the first 15%, best-only from 15%) and, unless
+``--init linc``, the reference implementation's initial weights for the seed: ``--seed 1234``
+starts from the weights behind the reference's published CPU curves
+(``reference_cpu_training_curves.json``). The flags are resolved once into a
+``linc_core.plan.RunPlan``, the same plan the platform's trials run.
 """
 
 from __future__ import annotations
@@ -16,20 +18,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from linc_core.benchmarks import data_dir
-from linc_core.config import PRESETS, replace, to_dict, variant_configs
-from linc_core.instances import Instance, read_solomon_folder
-from linc_core.model.reference_format import reference_initialisation_unsupported
-from linc_core.problems.generators import truncate_customers
+from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.plan import (
+    DataSource,
+    RunPlan,
+    data_id,
+    resolve_run,
+    training_data,
+    validation_set,
+)
+from linc_core.presets import PRESETS
+from linc_core.protocols import PROTOCOLS, protocol_named
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
-from linc_core.train.data import FixedData, GeneratedData, generate
 from linc_core.train.loop import (
     PrintProgress,
     fit,
@@ -37,39 +45,39 @@ from linc_core.train.loop import (
     policy_from_checkpoint,
     warm_start,
 )
+from linc_core.typed import literal_values
 
-ABLATION_PROTOCOL = {
-    "num_rollouts": 128,
-    "batch_size": 56,
-    "instances_per_epoch": 56,
-    "tau_start": 100.0,
-    "tau_end": 0.01,
-    "tau_anneal_ratio": 0.15,
-    "best_only_start_ratio": 0.15,
+# Flags that set a TrainConfig field when given (they win over the protocol's value).
+TRAIN_FLAGS = {
+    "epochs": "epochs",
+    "rollouts": "num_rollouts",
+    "batch_size": "batch_size",
+    "instances_per_epoch": "instances_per_epoch",
+    "lr": "learning_rate",
+    "validation_size": "validation_size",
+    "init": "init",
 }
-
-
-def solomon50(dtype: torch.dtype = torch.float32) -> Instance:
-    """The ablation set: the 56 Solomon-100 instances truncated to their first 50 customers."""
-    instances, errors = read_solomon_folder(data_dir() / "solomon100")
-    if errors:
-        raise RuntimeError(f"unreadable Solomon files: {errors}")
-    return Instance.concat([truncate_customers(i, 50).to(dtype=dtype) for i in instances])
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linc-train", description=__doc__.splitlines()[0])
-    p.add_argument("--problem", choices=("cvrptw", "cvrp", "tsp"), default="cvrptw")
+    p.add_argument("--problem", choices=literal_values(ModelConfig, "problem"), default="cvrptw")
     p.add_argument("--size", type=int, default=20, help="customers (cities) per instance")
     p.add_argument("--preset", choices=sorted(PRESETS), default="full_linc")
-    p.add_argument("--protocol", choices=("generated", "ablation"), default="generated")
+    p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="generated")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--minutes", type=float, default=None, help="stop after this wall time")
     p.add_argument("--rollouts", type=int, default=None, help="K")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--instances-per-epoch", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--validation-size", type=int, default=64)
+    p.add_argument(
+        "--validation-size",
+        type=int,
+        default=None,
+        help="generated validation instances (default 64; the ablation protocol validates on "
+        "its training set)",
+    )
     p.add_argument("--validation-every", type=int, default=1, help="epochs between validations")
     p.add_argument("--device", default="cpu")
     p.add_argument(
@@ -81,10 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument(
         "--init",
-        choices=("linc", "reference"),
+        choices=literal_values(TrainConfig, "init"),
         default=None,
         help="initial weights: linc (PyTorch defaults under a derived seed) or reference (the "
-        "reference implementation's for --seed); default reference under --protocol ablation",
+        "reference implementation's for --seed); default: the protocol's (reference under "
+        "--protocol ablation, where the reference builds the model)",
     )
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")
@@ -104,84 +113,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def plan_from_args(args: argparse.Namespace) -> RunPlan:
+    """The run the flags describe: the protocol's data and schedule, the flags over it.
+
+    Every random stream derives from ``--seed``: the batches from ``(seed, "data")``, the
+    generated validation set from ``(seed, "validation-set")``.
+    """
+    protocol = protocol_named(args.protocol)
+    train = {"seed": args.seed, "device": args.device, "validation_every": args.validation_every}
+    train |= {key: getattr(args, flag) for flag, key in TRAIN_FLAGS.items()}
+    train = {key: value for key, value in train.items() if value is not None}
+    if args.morph_from is not None:
+        train["morph_epochs"] = args.morph_epochs
+    data = DataSource(protocol.data, args.problem, args.size, derive_seed(args.seed, "data"))
+    return resolve_run(
+        args.preset,
+        data,
+        protocol=args.protocol,
+        train=train,
+        validation="training_set" if protocol.data == "solomon50" else "generated",
+        validation_seed=derive_seed(args.seed, "validation-set"),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        plan = plan_from_args(args)
+    except ValueError as err:  # a ConfigError or a setting the configs refuse
+        print(f"linc-train: invalid settings: {err}", file=sys.stderr)
+        return 2
     tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides: dict = {
-        "seed": args.seed,
-        "init": args.init or "linc",
-        "device": args.device,
-        "validation_every": args.validation_every,
-    }
-    if args.protocol == "ablation":
-        if args.problem != "cvrptw":
-            raise SystemExit("--protocol ablation is a CVRPTW protocol")
-        overrides |= ABLATION_PROTOCOL | {"epochs": 2000, "validation_size": 0}
-    else:
-        overrides |= {
-            "num_rollouts": 64,
-            "batch_size": 32,
-            "instances_per_epoch": 640,
-            "epochs": 100,
-        }
-    for flag, key in (
-        ("epochs", "epochs"),
-        ("rollouts", "num_rollouts"),
-        ("batch_size", "batch_size"),
-        ("instances_per_epoch", "instances_per_epoch"),
-        ("lr", "learning_rate"),
-    ):
-        if getattr(args, flag) is not None:
-            overrides[key] = getattr(args, flag)
-    model_config, train_config = variant_configs(args.preset, args.problem, train=overrides)
-    if (
-        args.init is None
-        and args.protocol == "ablation"
-        and reference_initialisation_unsupported(model_config) is None
-    ):
-        train_config = replace(train_config, init="reference")
-    if args.protocol == "ablation":
-        instances = solomon50()
-        data = FixedData(instances, train_config.batch_size, derive_seed(args.seed, "data"))
-        validation = instances
-        data_id = "solomon100-first50"
-    else:
-        data = GeneratedData(
-            args.problem,
-            args.size,
-            train_config.batch_size,
-            train_config.instances_per_epoch,
-            derive_seed(args.seed, "data"),
-        )
-        validation = (
-            generate(
-                args.problem,
-                args.validation_size,
-                args.size,
-                derive_seed(args.seed, "validation-set"),
-            )
-            if args.validation_size
-            else None
-        )
-        data_id = f"generated-{args.problem}-{args.size}"
-    if train_config.multi_start:
-        per_instance = validation.num_customers if validation is not None else args.size
-        train_config = replace(
-            train_config, num_rollouts=min(train_config.num_rollouts, per_instance)
-        )
+    data = training_data(plan)
+    validation = validation_set(plan, data)
     print(
         json.dumps(
-            {"preset": args.preset, "model": to_dict(model_config), "train": to_dict(train_config)}
+            {"preset": args.preset, "model": to_dict(plan.model), "train": to_dict(plan.train)}
         )
     )
     morph_from = None
     if args.morph_from is not None:
         morph_from, _ = policy_from_checkpoint(args.morph_from, args.device)
-        train_config = replace(train_config, morph_epochs=args.morph_epochs)
-    policy = initial_policy(model_config, train_config)
+    policy = initial_policy(plan.model, plan.train)
     if args.warm_start is not None:
         source, _ = policy_from_checkpoint(args.warm_start)
         copied = warm_start(policy, source)
@@ -189,14 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     result = fit(
         policy,
-        train_config,
+        plan.train,
         data,
         validation=validation,
         callbacks=[PrintProgress()],
         checkpoint_dir=args.out,
         resume_from=args.resume,
         max_seconds=args.minutes * 60 if args.minutes else None,
-        data_id=data_id,
+        data_id=data_id(plan),
         morph_from=morph_from,
     )
     last = result.history[-1]

@@ -97,7 +97,7 @@ def advantages(
         advantage = soft_top1_advantage(cost, tau)
     else:
         advantage = group_mean_advantage(cost)
-    if config.normalize_advantage:
+    if config.normalise_advantage:
         if world.distributed:
             advantage = advantage / (global_std(advantage, world) + NORMALISE_EPS)
         else:

@@ -1,0 +1,213 @@
+"""Typed configuration: the one builder from a plain mapping to a validated frozen dataclass.
+
+Every configuration in linc (``ModelConfig``, ``TrainConfig``, the platform's sections, the data
+set generator's config) is a frozen dataclass whose ``__post_init__`` calls :func:`check_fields`
+and then checks its own rules with :func:`require`. :func:`build` turns a mapping (a composed
+Hydra config, a checkpoint's saved config, a Tune trial's config) into such a dataclass:
+
+* unknown keys and missing required keys are refused;
+* YAML lists become tuples where the field is a tuple, integers become floats where the field
+  is a float;
+* the type of every value is checked against the field's annotation, and a ``Literal[...]``
+  field accepts exactly the values its annotation lists (there is no second list to keep in
+  step with it);
+* any error is one :class:`ConfigError` line that names the section, the key and the value:
+  ``train.learning_rate: expected > 0, got -0.5``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run: names the section, key and value at fault."""
+
+
+def require(condition: bool, key: str, value: object, expected: str) -> None:
+    """Raise ``ValueError("key: expected EXPECTED, got VALUE")`` unless ``condition`` holds."""
+    if not condition:
+        raise ValueError(f"{key}: expected {expected}, got {value!r}")
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotation of every field of dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def literal_values(cls: type, name: str) -> tuple[Any, ...]:
+    """The values the ``Literal[...]`` annotation of field ``name`` allows (also under ``|``)."""
+    hint = field_types(cls)[name]
+    for option in (hint, *get_args(hint)):
+        if get_origin(option) is Literal:
+            return get_args(option)
+    raise TypeError(f"{cls.__name__}.{name} is not a Literal field")
+
+
+def check_fields(config: object) -> None:
+    """Check every field of dataclass instance ``config`` against its annotation.
+
+    Raises:
+        ValueError: ``"key: expected DESCRIPTION, got VALUE"`` for the first field that does not
+            match (a value outside a ``Literal`` lists the allowed values).
+    """
+    for name, hint in field_types(type(config)).items():
+        value = getattr(config, name)
+        if not _matches(value, hint):
+            raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}")
+
+
+def check_keys(
+    cls: type,
+    values: Mapping[str, Any],
+    section: str,
+    *,
+    required: bool = True,
+    exclude: Iterable[str] = (),
+) -> None:
+    """Refuse keys ``cls`` has no field for (and, with ``required``, missing required keys).
+
+    ``exclude`` names fields that may not be given in this section.
+    """
+    known = {f.name for f in dataclasses.fields(cls)} - set(exclude)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{_label(section)}unknown key(s) {unknown}; known: {sorted(known)}")
+    if required:
+        missing = sorted(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+            and f.name not in values
+        )
+        if missing:
+            raise ConfigError(f"{_label(section)}missing key(s) {missing}")
+
+
+def build(cls: type[T], values: Mapping[str, Any] | None, section: str) -> T:
+    """``cls(**values)``, checked: see the module docstring.
+
+    Args:
+        cls: a frozen dataclass whose ``__post_init__`` calls :func:`check_fields`.
+        values: the mapping (``None`` is an empty one).
+        section: where the mapping sits in the whole config (``"train"``, ``"cluster"``); it
+            prefixes every message. ``""`` for a top-level config.
+
+    Raises:
+        ConfigError: unknown or missing keys, a wrong type or a value the rules refuse.
+    """
+    values = dict(values or {})
+    check_keys(cls, values, section)
+    types_ = field_types(cls)
+    coerced = {key: _coerce(value, types_[key]) for key, value in values.items()}
+    return within(section, lambda: cls(**coerced))
+
+
+def within(section: str, make: typing.Callable[[], T]) -> T:
+    """``make()``, with a ``ValueError`` it raises turned into a :class:`ConfigError` whose
+    message starts with ``section.`` (an error that is already a ``ConfigError`` passes)."""
+    try:
+        return make()
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{section}.{err}" if section else str(err)) from None
+
+
+def _label(section: str) -> str:
+    return f"{section}: " if section else ""
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """YAML gives lists for tuples and may give ``1`` for ``1.0``."""
+    options = _options(hint)
+    if isinstance(value, list) and any(get_origin(o) is tuple for o in options):
+        return tuple(value)
+    if float in options and int not in options and _is_int(value):
+        return float(value)
+    return value
+
+
+def _options(hint: Any) -> tuple[Any, ...]:
+    if get_origin(hint) in (Union, types.UnionType):
+        return get_args(hint)
+    return (hint,)
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int subclass; a bool where a number is expected is a config mistake.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in get_args(hint))
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, option) for option in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return _is_int(value)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if origin is tuple:
+        args = get_args(hint)
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(args) == len(value) and all(map(_matches, value, args))
+    if origin in (dict, Mapping):
+        key_type, value_type = get_args(hint) or (Any, Any)
+        return isinstance(value, Mapping) and all(
+            _matches(k, key_type) and _matches(v, value_type) for k, v in value.items()
+        )
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # an annotation this checker does not know is not checked
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return f"one of {get_args(hint)}"
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(option) for option in get_args(hint))
+    if hint is type(None):
+        return "null"
+    if origin is tuple:
+        args = get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_describe(args[0])}"
+        return f"a list of {len(args)}"
+    if origin in (dict, Mapping):
+        return "a mapping"
+    return getattr(hint, "__name__", str(hint))
+
+
+__all__ = [
+    "ConfigError",
+    "build",
+    "check_fields",
+    "check_keys",
+    "field_types",
+    "literal_values",
+    "require",
+    "within",
+]

@@ -1,0 +1,60 @@
+"""The one way linc gets a Ray: join a cluster, or start a local Ray that listens on loopback.
+
+Every entry point (``linc-generate``, the sweeps, the benchmarks, the test session) calls
+:func:`init_ray`. Ray decides at import time whether a local node may expect other nodes
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``); only when it may not does it bind every socket to
+127.0.0.1. :func:`prefer_loopback` sets that before ``ray`` is first imported, and this module
+imports ``ray`` only inside :func:`init_ray`, after calling it.
+"""
+
+from __future__ import annotations
+
+import os
+
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def prefer_loopback() -> None:
+    """Make a local Ray bind to 127.0.0.1 only (unless ``$RAY_ADDRESS`` names a cluster).
+
+    Effective only before the first ``import ray`` of the process (Ray reads it at import).
+    """
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ.setdefault(LOOPBACK_SWITCH, "0")
+
+
+def init_ray(
+    address: str | None = None, num_cpus: int | None = None, *, log_to_driver: bool = True
+) -> bool:
+    """Join ``address`` (else ``$RAY_ADDRESS``, as under ``ray job submit``) or start a local Ray.
+
+    Args:
+        address: a Ray address; ``"local"`` always starts a new local Ray of this process, even
+            when ``$RAY_ADDRESS`` is set or another program's ``ray start`` head is up.
+        num_cpus: CPUs of a local Ray (None: all).
+        log_to_driver: forward the workers' output to this process.
+
+    Returns:
+        True when this call started or joined Ray, False when it was already initialised.
+    """
+    prefer_loopback()
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        ray.init(address=address, log_to_driver=log_to_driver)
+    else:
+        # address="local": a new Ray of this process (another program's `ray start` head
+        # would otherwise be joined through its address file)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=log_to_driver,
+        )
+    return True
+
+
+__all__ = ["LOOPBACK_SWITCH", "init_ray", "prefer_loopback"]
