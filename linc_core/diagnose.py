@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from linc_core.atomic import write_atomic
 from linc_core.decode.sampling import start_state
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy, sample_z
@@ -350,8 +351,6 @@ def plot_comparator_weights(result: dict) -> bytes:
 
 def write_outputs(result: dict, out: Path) -> list[Path]:
     """``diagnostics.json`` and the three PNGs, atomically; returns the paths."""
-    from linc_core.evaluate import atomic_write
-
     files = {
         "diagnostics.json": json.dumps(result, indent=2).encode(),
         "translation_probe.png": plot_translation_probe(result),
@@ -359,7 +358,7 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
         "comparator_weights.png": plot_comparator_weights(result),
     }
     for name, data in files.items():
-        atomic_write(out / name, data)
+        write_atomic(out / name, data)
     return [out / name for name in files]
 
 

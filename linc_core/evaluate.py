@@ -39,7 +39,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from linc_core.atomic import write_atomic
 from linc_core.benchmarks import data_dir, get_benchmark, list_instances, load_bks
 from linc_core.decode import DecodeConfig, decode
 from linc_core.instances import Instance, InstanceError, read_solomon_folder
@@ -255,7 +255,7 @@ def reference_costs(
         table = pa.Table.from_pylist(list(rows.values()), schema=REFERENCE_SCHEMA)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        atomic_write(path, sink.getvalue().to_pybytes())
+        write_atomic(path, sink.getvalue().to_pybytes())
     return out
 
 
@@ -468,20 +468,6 @@ def _as_singles(instances: Instance | Sequence[Instance]) -> list[Instance]:
 
 
 # ====================================================================== outputs
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def rows_csv(rows: Sequence[EvalRow]) -> bytes:
     buffer = io.StringIO()
     names = list(EvalRow.__dataclass_fields__)
@@ -704,17 +690,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             reference_seconds,
         )
     table = markdown_table(Path(bench.name).name, bench.convention, [(method, summary)], ref_row)
-    atomic_write(out / "rows.csv", rows_csv(rows))
-    atomic_write(out / "rows.parquet", rows_parquet(rows))
-    atomic_write(out / "table.md", table.encode())
+    write_atomic(out / "rows.csv", rows_csv(rows))
+    write_atomic(out / "rows.parquet", rows_parquet(rows))
+    write_atomic(out / "table.md", table.encode())
     record = {"benchmark": bench.name, "checkpoint": str(args.checkpoint), "decode": asdict(config)}
-    atomic_write(out / "summary.json", json.dumps(record | summary, indent=2).encode())
+    write_atomic(out / "summary.json", json.dumps(record | summary, indent=2).encode())
     by_name = {i.names[0]: i for i in bench.instances}
     for name in _plot_names(args.plot, [r.instance for r in evaluation.rows]):
         row = next(r for r in evaluation.rows if r.instance == name)
         title = f"{name}  {method}  cost {row.cost:.1f}" + ("" if row.feasible else "  INFEASIBLE")
         png = plot_routes(by_name[name], evaluation.solutions[name], title)
-        atomic_write(out / "plots" / f"{name}.png", png)
+        write_atomic(out / "plots" / f"{name}.png", png)
     print(table)
     print(f"wrote {out}/rows.csv, rows.parquet, table.md, summary.json, plots/")
     return 1 if summary["errors"] else 0

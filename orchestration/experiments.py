@@ -20,6 +20,7 @@ import mlflow
 import ray
 from ray import tune
 
+from linc_core.atomic import write_atomic
 from linc_core.config import PRESETS
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
@@ -79,10 +80,8 @@ def _parent_run(config: PlatformConfig, name: str, sweep_file: Path | None) -> s
     params = [mlflow.entities.Param(k, v) for k, v in flatten_params(config.raw).items()]
     client.log_batch(run.info.run_id, params=params)  # one write (the client splits >100)
     if sweep_file is not None:
-        sweep_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = sweep_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"parent_run_id": run.info.run_id, "name": name}))
-        os.replace(tmp, sweep_file)
+        record = {"parent_run_id": run.info.run_id, "name": name}
+        write_atomic(sweep_file, json.dumps(record).encode())
     return run.info.run_id
 
 
