@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import math
@@ -51,8 +50,7 @@ import torch
 from linc_core.atomic import write_atomic
 from linc_core.benchmarks import data_dir, get_benchmark, list_instances, load_bks
 from linc_core.decode import DecodeConfig, decode
-from linc_core.instances import Instance, InstanceError, read_solomon_folder
-from linc_core.problems.generators import truncate_customers
+from linc_core.instances import Instance, InstanceError, read_solomon_folder, truncate_customers
 from linc_core.verify import convention_for, verify_instance
 
 CACHE_DIR_ENV = "LINC_CACHE_DIR"
@@ -175,15 +173,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "linc").expanduser()
 
 
-def instance_fingerprint(instance: Instance, index: int = 0) -> str:
-    """sha256 (16 hex) of one row's data: a cached reference is reused only for equal data."""
-    digest = hashlib.sha256(instance.problem.encode())
-    for name in ("locs", "demand", "capacity", "time_windows", "service_time"):
-        digest.update(getattr(instance, name)[index].detach().cpu().double().numpy().tobytes())
-    digest.update(instance.travel_time_scale[index].detach().cpu().double().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 REFERENCE_SCHEMA = pa.schema(
     [
         ("instance", pa.string()),
@@ -223,7 +212,7 @@ def reference_costs(
     out: dict[str, float] = {}
     for instance in instances:
         name = instance.names[0] if instance.names else "instance"
-        key = (name, instance_fingerprint(instance))
+        key = (name, instance.fingerprint())
         if key not in rows:
             if log is not None:
                 log(f"PyVRP reference {name}: {seconds:g} s")

@@ -24,9 +24,8 @@ import torch
 
 from linc_core.benchmarks import data_dir
 from linc_core.config import PRESETS, replace, to_dict, variant_configs
-from linc_core.instances import Instance, read_solomon_folder
+from linc_core.instances import Instance, read_solomon_folder, truncate_customers
 from linc_core.model.reference_format import reference_initialisation_unsupported
-from linc_core.problems.generators import truncate_customers
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
 from linc_core.train.data import FixedData, GeneratedData, generate
