@@ -18,7 +18,7 @@ Every solution goes through ``verify.verify_instance`` under the set's conventio
 infeasible one is an error row (its violations spelled out), never dropped. Gaps:
 ``gap = 100 (cost - bks) / bks`` per instance; ``mean_gap`` is their mean and
 ``aggregate_gap = 100 (sum cost - sum bks) / sum bks`` over the instances that have both.
-The same against PyVRP reference solutions (``--pyvrp-seconds S``), computed once per instance
+The same against PyVRP solutions (``--pyvrp-seconds S``), computed once per instance
 and time budget and cached as Parquet under ``$LINC_CACHE_DIR`` (default ``~/.cache/linc``;
 the benchmark data folder is read-only).
 
@@ -167,13 +167,13 @@ def _folder_bks(folder: Path) -> dict[str, float]:
     return table
 
 
-# ====================================================================== PyVRP reference cache
+# ====================================================================== PyVRP cost cache
 def cache_dir() -> Path:
     """``$LINC_CACHE_DIR`` or ``~/.cache/linc``."""
     return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "linc").expanduser()
 
 
-REFERENCE_SCHEMA = pa.schema(
+PYVRP_CACHE_SCHEMA = pa.schema(
     [
         ("instance", pa.string()),
         ("fingerprint", pa.string()),
@@ -185,7 +185,7 @@ REFERENCE_SCHEMA = pa.schema(
 )
 
 
-def reference_costs(
+def pyvrp_costs(
     instances: Sequence[Instance],
     convention: str,
     seconds: float,
@@ -194,13 +194,13 @@ def reference_costs(
     cache: Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
-    """PyVRP reference cost per instance name, solved once and cached as Parquet.
+    """PyVRP cost per instance name, solved once and cached as Parquet.
 
     The cache file is ``<cache>/pyvrp/<convention>-<seconds>s-seed<seed>.parquet``, one row per
     (name, data fingerprint); missing instances are solved and the file is rewritten
     atomically. Infeasible or failed solves are left out of the result.
     """
-    from linc_core.reference import ReferenceSolverError, solve_reference
+    from linc_core.pyvrp_solver import PyVRPError, solve_with_pyvrp
 
     folder = (cache or cache_dir()) / "pyvrp"
     path = folder / f"{convention}-{seconds:g}s-seed{seed}.parquet"
@@ -215,9 +215,9 @@ def reference_costs(
         key = (name, instance.fingerprint())
         if key not in rows:
             if log is not None:
-                log(f"PyVRP reference {name}: {seconds:g} s")
+                log(f"PyVRP {name}: {seconds:g} s")
             try:
-                solution = solve_reference(
+                solution = solve_with_pyvrp(
                     instance, seconds=seconds, seed=seed, convention=convention
                 )
                 rows[key] = {
@@ -228,7 +228,7 @@ def reference_costs(
                     "runtime": solution.runtime,
                     "routes": solution.routes,
                 }
-            except ReferenceSolverError:
+            except PyVRPError:
                 rows[key] = {
                     "instance": name,
                     "fingerprint": key[1],
@@ -241,7 +241,7 @@ def reference_costs(
         if rows[key]["feasible"]:
             out[name] = float(rows[key]["cost"])
     if added:
-        table = pa.Table.from_pylist(list(rows.values()), schema=REFERENCE_SCHEMA)
+        table = pa.Table.from_pylist(list(rows.values()), schema=PYVRP_CACHE_SCHEMA)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         write_atomic(path, sink.getvalue().to_pybytes())
@@ -263,8 +263,8 @@ class EvalRow:
     num_routes: int
     bks: float
     gap_pct: float
-    reference_cost: float
-    reference_gap_pct: float
+    pyvrp_cost: float
+    pyvrp_gap_pct: float
     seconds: float
     error: str = ""
 
@@ -282,7 +282,7 @@ def score_solutions(
     convention: str,
     method: str,
     bks: Mapping[str, float] | None = None,
-    reference: Mapping[str, float] | None = None,
+    pyvrp: Mapping[str, float] | None = None,
     seconds: Sequence[float] | None = None,
 ) -> list[EvalRow]:
     """Verify one solution per B = 1 instance and build its report row.
@@ -291,7 +291,7 @@ def score_solutions(
         instances: the instances as read (float64 recommended for exact re-scoring).
         solutions: verifier-format solutions (``verify.verify_routes``), one per instance.
         convention: cost convention of the set (also used for the time-window check).
-        bks, reference: best-known / PyVRP cost per instance name.
+        bks, pyvrp: best-known / PyVRP cost per instance name.
         seconds: decoding time attributed to each instance.
     """
     rows = []
@@ -306,7 +306,7 @@ def score_solutions(
             error = f"infeasible ({details}{f'; +{extra} more' if extra > 0 else ''})"
         cost = checked.cost if checked.feasible else math.nan
         best_known = float((bks or {}).get(name, math.nan))
-        ref = float((reference or {}).get(name, math.nan))
+        pyvrp_cost = float((pyvrp or {}).get(name, math.nan))
         rows.append(
             EvalRow(
                 instance=name,
@@ -318,8 +318,8 @@ def score_solutions(
                 num_routes=checked.num_routes,
                 bks=best_known,
                 gap_pct=_gap(cost, best_known),
-                reference_cost=ref,
-                reference_gap_pct=_gap(cost, ref),
+                pyvrp_cost=pyvrp_cost,
+                pyvrp_gap_pct=_gap(cost, pyvrp_cost),
                 seconds=float(seconds[i]) if seconds is not None else math.nan,
                 error=error,
             )
@@ -352,8 +352,8 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
         return mean_gap, aggregate, len(have)
 
     mean_gap, aggregate_gap, with_bks = gaps("gap_pct", "bks")
-    ref_gap, ref_aggregate, with_ref = gaps("reference_gap_pct", "reference_cost")
-    refs = [r.reference_cost for r in ok if math.isfinite(r.reference_cost)]
+    pyvrp_gap, pyvrp_aggregate, with_pyvrp = gaps("pyvrp_gap_pct", "pyvrp_cost")
+    pyvrp_known = [r.pyvrp_cost for r in ok if math.isfinite(r.pyvrp_cost)]
     known = [r.bks for r in ok if math.isfinite(r.bks)]
     return {
         "instances": len(rows),
@@ -365,10 +365,10 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
         "mean_gap_pct": mean_gap,
         "aggregate_gap_pct": aggregate_gap,
         "instances_with_bks": with_bks,
-        "mean_reference_cost": float(np.mean(refs)) if refs else math.nan,
-        "mean_reference_gap_pct": ref_gap,
-        "aggregate_reference_gap_pct": ref_aggregate,
-        "instances_with_reference": with_ref,
+        "mean_pyvrp_cost": float(np.mean(pyvrp_known)) if pyvrp_known else math.nan,
+        "mean_pyvrp_gap_pct": pyvrp_gap,
+        "aggregate_pyvrp_gap_pct": pyvrp_aggregate,
+        "instances_with_pyvrp": with_pyvrp,
         "seconds": seconds,
         "rollouts": rollouts,
         "rollouts_per_second": rollouts / seconds if seconds > 0 else math.nan,
@@ -391,7 +391,7 @@ def evaluate_policy(
     *,
     convention: str = "exact",
     bks: Mapping[str, float] | Sequence[float] | None = None,
-    reference: Mapping[str, float] | None = None,
+    pyvrp: Mapping[str, float] | None = None,
     method: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Evaluation:
@@ -404,7 +404,7 @@ def evaluate_policy(
         config: decoding method and budget.
         convention: cost convention of the scores and gaps.
         bks: best-known cost by instance name, or one per instance in order.
-        reference: PyVRP (or any reference) cost by instance name.
+        pyvrp: PyVRP cost by instance name.
         progress: called with rollouts completed (drives a progress bar).
     """
     singles = _as_singles(instances)
@@ -433,7 +433,7 @@ def evaluate_policy(
         convention=convention,
         method=label,
         bks=bks,
-        reference=reference,
+        pyvrp=pyvrp,
         seconds=seconds,
     )
     return Evaluation(
@@ -501,12 +501,13 @@ def markdown_table(
     set_name: str,
     convention: str,
     summaries: Sequence[tuple[str, dict]],
-    reference: tuple[str, float, float] | None = None,
+    pyvrp_row: tuple[str, float, float] | None = None,
 ) -> str:
     """A paper-shaped table: Method | Obj. | Gap | Time (plus Gap vs PyVRP and errors).
 
     Obj. is the mean cost over feasible instances under ``convention``; Gap is the mean
-    per-instance gap to the BKS (aggregate gap in the notes).
+    per-instance gap to the BKS (aggregate gap in the notes). ``pyvrp_row`` is PyVRP's own
+    row: ``(label, mean cost, seconds)``.
     """
     lines = [
         f"**{set_name}** ({convention} costs)",
@@ -517,14 +518,14 @@ def markdown_table(
     first = summaries[0][1] if summaries else {}
     if first and math.isfinite(first.get("mean_bks", math.nan)):
         lines.append(f"| BKS | {_obj(first['mean_bks'], convention)} | -- | -- | -- | -- |")
-    if reference is not None:
-        label, mean_cost, seconds = reference
+    if pyvrp_row is not None:
+        label, mean_cost, seconds = pyvrp_row
         obj, time_text = _obj(mean_cost, convention), format_seconds(seconds)
         lines.append(f"| {label} | {obj} | -- | -- | {time_text} | -- |")
     for method, s in summaries:
         lines.append(
             f"| {method} | {_obj(s['mean_cost'], convention)} | {_pct(s['mean_gap_pct'])} | "
-            f"{_pct(s['mean_reference_gap_pct'])} | {format_seconds(s['seconds'])} | "
+            f"{_pct(s['mean_pyvrp_gap_pct'])} | {format_seconds(s['seconds'])} | "
             f"{s['errors']}/{s['instances']} |"
         )
     for method, s in summaries:
@@ -533,8 +534,8 @@ def markdown_table(
             f"{method}: {s['feasible']}/{s['instances']} feasible; mean gap "
             f"{_pct(s['mean_gap_pct'])}, aggregate gap {_pct(s['aggregate_gap_pct'])} vs BKS "
             f"({s['instances_with_bks']} instances); vs PyVRP mean "
-            f"{_pct(s['mean_reference_gap_pct'])}, aggregate "
-            f"{_pct(s['aggregate_reference_gap_pct'])} ({s['instances_with_reference']}); "
+            f"{_pct(s['mean_pyvrp_gap_pct'])}, aggregate "
+            f"{_pct(s['aggregate_pyvrp_gap_pct'])} ({s['instances_with_pyvrp']}); "
             f"{s['rollouts']} rollouts, {s['rollouts_per_second']:.0f} rollouts/s."
         )
     return "\n".join(lines) + "\n"
@@ -589,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pyvrp-seconds",
         type=float,
         default=0.0,
-        help="PyVRP reference budget per instance (0: no reference); cached in $LINC_CACHE_DIR",
+        help="PyVRP budget per instance (0: no PyVRP row or gap); cached in $LINC_CACHE_DIR",
     )
     p.add_argument("--plot", default="3", help="route plots: a count (first N) or names a,b")
     p.add_argument("--out", type=Path, default=None, help="output folder")
@@ -642,12 +643,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"holds {bench.instances[0].problem} instances"
         )
     out = args.out or Path("runs") / "eval" / f"{Path(bench.name).name}-{args.decode}"
-    reference, reference_seconds = None, math.nan
+    pyvrp, pyvrp_seconds = None, math.nan
     if args.pyvrp_seconds > 0 and bench.instances:
-        reference = reference_costs(
-            bench.instances, bench.convention, args.pyvrp_seconds, log=print
-        )
-        reference_seconds = args.pyvrp_seconds * len(bench.instances)
+        pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
+        pyvrp_seconds = args.pyvrp_seconds * len(bench.instances)
     method = f"LINC {config.label}"
     evaluation = Evaluation([], summarize([], 0.0), {})
     if bench.instances:
@@ -665,20 +664,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config,
                 convention=bench.convention,
                 bks=bench.bks,
-                reference=reference,
+                pyvrp=pyvrp,
                 method=method,
                 progress=bar.update,
             )
     rows = evaluation.rows + error_rows(bench.errors, method)
     summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
-    ref_row = None
-    if reference:
-        ref_row = (
+    pyvrp_row = None
+    if pyvrp:
+        pyvrp_row = (
             f"PyVRP ({args.pyvrp_seconds:g}s)",
-            float(np.mean(list(reference.values()))),
-            reference_seconds,
+            float(np.mean(list(pyvrp.values()))),
+            pyvrp_seconds,
         )
-    table = markdown_table(Path(bench.name).name, bench.convention, [(method, summary)], ref_row)
+    table = markdown_table(Path(bench.name).name, bench.convention, [(method, summary)], pyvrp_row)
     write_atomic(out / "rows.csv", rows_csv(rows))
     write_atomic(out / "rows.parquet", rows_parquet(rows))
     write_atomic(out / "table.md", table.encode())

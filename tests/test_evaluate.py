@@ -1,5 +1,5 @@
 """Evaluation: the report pipeline reproduces known costs, never drops a bad solution, names a
-malformed file and evaluates the rest, caches PyVRP references."""
+malformed file and evaluates the rest, caches PyVRP costs."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from linc_core.evaluate import (
     format_seconds,
     load_benchmark,
     main,
-    reference_costs,
+    pyvrp_costs,
     score_solutions,
     summarize,
 )
 from linc_core.instances import read_solomon
-from linc_core.reference import solve_reference
+from linc_core.pyvrp_solver import solve_with_pyvrp
 from linc_core.train.checkpoint import build_payload, save_checkpoint
 from tests.test_decode import tiny_policy
 
@@ -35,7 +35,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
     folder = data_dir / "solomon100"
     instances = [read_solomon(folder / f"{name}.txt") for name in ("C101", "C201")]
-    solutions = [solve_reference(i, seconds=0.5, seed=1, convention="dimacs") for i in instances]
+    solutions = [solve_with_pyvrp(i, seconds=0.5, seed=1, convention="dimacs") for i in instances]
     bks = {"C101": 827.3, "C201": 589.1}
     rows = score_solutions(
         instances,
@@ -43,7 +43,7 @@ def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
         convention="dimacs",
         method="PyVRP",
         bks=bks,
-        reference={"C101": 800.0},
+        pyvrp={"C101": 800.0},
     )
     for row, solution in zip(rows, solutions, strict=True):
         assert row.feasible and row.error == ""
@@ -52,8 +52,8 @@ def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
             100 * (solution.cost - bks[row.instance]) / bks[row.instance]
         )
         assert row.num_routes == solution.num_routes
-    assert rows[0].reference_gap_pct == pytest.approx((solutions[0].cost - 800.0) / 8.0)
-    assert math.isnan(rows[1].reference_gap_pct)
+    assert rows[0].pyvrp_gap_pct == pytest.approx((solutions[0].cost - 800.0) / 8.0)
+    assert math.isnan(rows[1].pyvrp_gap_pct)
     summary = summarize(rows, seconds=2.0, rollouts=10)
     costs = [s.cost for s in solutions]
     assert summary["mean_cost"] == pytest.approx(sum(costs) / 2)
@@ -135,9 +135,9 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert summary["errors"] == 1 and summary["feasible"] == 2
 
 
-def test_pyvrp_references_are_cached_and_reused(data_dir, tmp_path):
+def test_pyvrp_costs_are_cached_and_reused(data_dir, tmp_path):
     instance = read_solomon(data_dir / "solomon100" / "C101.txt")
-    first = reference_costs([instance], "dimacs", 0.3, cache=tmp_path)
+    first = pyvrp_costs([instance], "dimacs", 0.3, cache=tmp_path)
     cache_file = tmp_path / "pyvrp" / "dimacs-0.3s-seed0.parquet"
     assert cache_file.is_file() and first["C101"] >= 827.3 - 1e-9
     # Edit the cached cost: a second call must read it instead of solving again.
@@ -146,7 +146,7 @@ def test_pyvrp_references_are_cached_and_reused(data_dir, tmp_path):
         table.schema.get_field_index("cost"), "cost", pa.array([12345.0], pa.float64())
     )
     pq.write_table(edited, cache_file)
-    assert reference_costs([instance], "dimacs", 0.3, cache=tmp_path) == {"C101": 12345.0}
+    assert pyvrp_costs([instance], "dimacs", 0.3, cache=tmp_path) == {"C101": 12345.0}
 
 
 def test_evaluate_policy_on_a_synthetic_set_with_bks_in_order():
