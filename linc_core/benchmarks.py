@@ -195,21 +195,35 @@ def load_bks(benchmark: str, root: str | os.PathLike[str] | None = None) -> dict
             number.
     """
     spec = get_benchmark(benchmark)
-    path = benchmark_dir(benchmark, root) / "bks.csv"
+    return read_bks_csv(benchmark_dir(benchmark, root) / "bks.csv", (spec.bks_column,))
+
+
+def read_bks_csv(path: Path, columns: Sequence[str]) -> dict[str, float]:
+    """Costs by instance name from a ``bks.csv``: its ``instance`` column and the first of
+    ``columns`` (in order of preference) that its header holds.
+
+    Raises:
+        InstanceError: naming the file: no ``instance`` column, none of ``columns``, or a cost
+            that is not a number.
+    """
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
-        for column in ("instance", spec.bks_column):
-            if column not in header:
-                raise InstanceError(str(path), column, header, "column missing from the header")
+        column = next((c for c in columns if c in header), None)
+        if "instance" not in header or column is None:
+            missing = "instance" if "instance" not in header else columns[0]
+            others = f" (nor any of {tuple(columns[1:])})" if column is None and columns[1:] else ""
+            raise InstanceError(
+                str(path), missing, header, f"column missing from the header{others}"
+            )
         table: dict[str, float] = {}
         for row in reader:
-            value = row[spec.bks_column]
+            value = row[column]
             try:
                 table[row["instance"]] = float(value)
             except (TypeError, ValueError):
                 raise InstanceError(
-                    str(path), f"{spec.bks_column}[{row['instance']}]", value, "not a number"
+                    str(path), f"{column}[{row['instance']}]", value, "not a number"
                 ) from None
     return table
 

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from linc_core.atomic import write_atomic
+from linc_core.cli_flags import add_policy_run_flags, apply_runtime_flags
 from linc_core.decode.sampling import start_state
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy, sample_z
@@ -249,16 +250,19 @@ def run_diagnostics(
 ) -> dict:
     """Decode ``instances`` greedily (``num_z`` z per instance) and probe every decision."""
     policy.eval()
-    dtype = next(policy.parameters()).dtype
+    parameter = next(policy.parameters())
+    dtype, device = parameter.dtype, parameter.device
     probe = ScorerProbe(policy, offsets)
     generator = torch_generator(seed)
     handle = policy.scorer.register_forward_hook(probe)
     try:
         for first in range(0, instances.batch_size, batch_size):
-            chunk = instances.select(slice(first, first + batch_size)).to(dtype=dtype)
+            chunk = instances.select(slice(first, first + batch_size))
+            chunk = chunk.to(device=device, dtype=dtype)
             z = None
             if policy.config.z_dim > 0:
-                z = sample_z(chunk.batch_size, num_z, policy.config.z_dim, generator)
+                # drawn on the CPU generator, so every device probes the same z-vectors
+                z = sample_z(chunk.batch_size, num_z, policy.config.z_dim, generator).to(device)
             env = make_env(chunk, num_z)
             cache, time_scale = policy.encode(chunk)
             state, _ = start_state(env, chunk, None)
@@ -364,14 +368,14 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linc-diagnose", description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--benchmark", default="solomon50", help="set name or Solomon folder")
-    p.add_argument("--z", type=int, default=8, help="greedy z-rollouts per instance")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    add_policy_run_flags(
+        p,
+        benchmark="solomon50",
+        z=8,
+        z_help="greedy z-rollouts per instance",
+        out=Path("runs") / "diagnose",
+    )
     p.add_argument("--offsets", default=",".join(str(o) for o in DEFAULT_OFFSETS))
-    p.add_argument("--out", type=Path, default=Path("runs") / "diagnose")
-    p.add_argument("--threads", type=int, default=None)
     return p
 
 
@@ -380,10 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from linc_core.evaluate import load_benchmark
     from linc_core.train.loop import policy_from_checkpoint
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_runtime_flags(args)
     offsets = [float(o) for o in args.offsets.split(",")]
-    policy, _ = policy_from_checkpoint(args.checkpoint)
+    policy, _ = policy_from_checkpoint(args.checkpoint, args.device)
     bench = load_benchmark(args.benchmark, limit=args.limit)
     for name, message in bench.errors:
         print(f"skipped {name}: {message}")

@@ -89,9 +89,9 @@ def manifest_id(uri: str) -> str:
 
 
 def solomon50_instances() -> Instance:
-    from linc_core.train.cli import solomon50
+    from linc_core.evaluate import solomon50
 
-    return solomon50()
+    return Instance.concat(solomon50())
 
 
 def training_data(config: PlatformConfig) -> tuple[TrainingData, str]:

@@ -12,7 +12,7 @@ from linc_core.diagnose import main, run_diagnostics
 from linc_core.instances import Instance, read_solomon, truncate_customers
 from linc_core.model import LincPolicy
 from tests.test_decode import TINY, tiny_policy
-from tests.test_evaluate import PNG_MAGIC, _tiny_checkpoint
+from tests.test_evaluate_cli import PNG_MAGIC, _tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from linc_core.benchmarks import data_dir
 from linc_core.config import PRESETS, replace, to_dict, variant_configs
-from linc_core.instances import Instance, read_solomon_folder, truncate_customers
+from linc_core.evaluate.benchmark_sets import solomon50
+from linc_core.instances import Instance
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.seeding import derive_seed
@@ -46,14 +46,6 @@ ABLATION_PROTOCOL = {
     "tau_anneal_ratio": 0.15,
     "best_only_start_ratio": 0.15,
 }
-
-
-def solomon50(dtype: torch.dtype = torch.float32) -> Instance:
-    """The ablation set: the 56 Solomon-100 instances truncated to their first 50 customers."""
-    instances, errors = read_solomon_folder(data_dir() / "solomon100")
-    if errors:
-        raise RuntimeError(f"unreadable Solomon files: {errors}")
-    return Instance.concat([truncate_customers(i, 50).to(dtype=dtype) for i in instances])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         train_config = replace(train_config, init="reference")
     if args.protocol == "ablation":
-        instances = solomon50()
+        instances = Instance.concat(solomon50())
         data = FixedData(instances, train_config.batch_size, derive_seed(args.seed, "data"))
         validation = instances
         data_id = "solomon100-first50"
