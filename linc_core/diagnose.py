@@ -175,7 +175,7 @@ class ScorerProbe:
         choice = mask.sum(-1) > 1  # [B, K] decisions that are not forced
         if not bool(choice.any()):
             return
-        comparator, offset, alpha = scorer._comparator(
+        comparator, offset, alpha = scorer.comparator(
             context, table, feasible, num_customers, mask.sum(-1), stats
         )
         base = torch.matmul(context, embeddings.transpose(1, 2))  # [B, K, N]
@@ -193,16 +193,16 @@ class ScorerProbe:
 
         rows = choice
         decisions = int(rows.sum())
-        reference = {c: probabilities(0.0, c) for c in (True, False)}
+        unshifted = {c: probabilities(0.0, c) for c in (True, False)}
         for j, delta in enumerate(self.offsets):
             for centred, drift, flips in (
                 (True, self.result.drift_centred, self.result.flips_centred),
                 (False, self.result.drift_raw, self.result.flips_raw),
             ):
                 p = probabilities(delta, centred)
-                tv = 0.5 * (p - reference[centred]).abs().sum(-1)
+                tv = 0.5 * (p - unshifted[centred]).abs().sum(-1)
                 drift[j] += float(tv[rows].sum())
-                flip = p.argmax(-1) != reference[centred].argmax(-1)
+                flip = p.argmax(-1) != unshifted[centred].argmax(-1)
                 flips[j] += float(flip[rows].sum())
         self.result.decisions += decisions
 
