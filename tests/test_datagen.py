@@ -252,9 +252,9 @@ def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
     import dataclasses
 
     from linc_core.config import preset_configs
-    from linc_core.dataset import ShardedTrainingData
     from linc_core.model import LincPolicy
     from linc_core.train import fit
+    from linc_core.train.data import ShardedTrainingData
 
     data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)
     model, train = preset_configs(
