@@ -9,12 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from linc_core.instances import (
-    Instance,
-    InstanceError,
-    read_solomon,
-    read_solomon_folder,
-)
+from linc_core.instances import Instance, InstanceError, read_solomon, read_solomon_folder
 from tests.instance_helpers import assert_names, edit_solomon_row, solomon_text, write_file
 
 

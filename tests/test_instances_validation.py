@@ -8,12 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linc_core.instances import (
-    Instance,
-    InstanceError,
-    read_solomon,
-    validate_instance,
-)
+from linc_core.instances import Instance, InstanceError, read_solomon, validate_instance
 from tests.instance_helpers import assert_names, edit_solomon_row, solomon_text, write_file
 
 
