@@ -1,4 +1,4 @@
-"""linc_core: LINC routing environments, generators, instance I/O, verifier and reference solver.
+"""linc_core: LINC routing environments, generators, instance I/O, verifier and PyVRP solver.
 
 Pure torch/numpy: never imports ray, mlflow, hydra, optuna or boto3.
 """

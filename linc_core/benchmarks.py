@@ -36,13 +36,13 @@ import csv
 import os
 import shutil
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from linc_core.atomic import write_atomic
 from linc_core.instances import (
     Instance,
     InstanceError,
@@ -195,21 +195,35 @@ def load_bks(benchmark: str, root: str | os.PathLike[str] | None = None) -> dict
             number.
     """
     spec = get_benchmark(benchmark)
-    path = benchmark_dir(benchmark, root) / "bks.csv"
+    return read_bks_csv(benchmark_dir(benchmark, root) / "bks.csv", (spec.bks_column,))
+
+
+def read_bks_csv(path: Path, columns: Sequence[str]) -> dict[str, float]:
+    """Costs by instance name from a ``bks.csv``: its ``instance`` column and the first of
+    ``columns`` (in order of preference) that its header holds.
+
+    Raises:
+        InstanceError: naming the file: no ``instance`` column, none of ``columns``, or a cost
+            that is not a number.
+    """
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
-        for column in ("instance", spec.bks_column):
-            if column not in header:
-                raise InstanceError(str(path), column, header, "column missing from the header")
+        column = next((c for c in columns if c in header), None)
+        if "instance" not in header or column is None:
+            missing = "instance" if "instance" not in header else columns[0]
+            others = f" (nor any of {tuple(columns[1:])})" if column is None and columns[1:] else ""
+            raise InstanceError(
+                str(path), missing, header, f"column missing from the header{others}"
+            )
         table: dict[str, float] = {}
         for row in reader:
-            value = row[spec.bks_column]
+            value = row[column]
             try:
                 table[row["instance"]] = float(value)
             except (TypeError, ValueError):
                 raise InstanceError(
-                    str(path), f"{spec.bks_column}[{row['instance']}]", value, "not a number"
+                    str(path), f"{column}[{row['instance']}]", value, "not a number"
                 ) from None
     return table
 
@@ -263,9 +277,9 @@ def download_file(
 ) -> Path:
     """Fetch ``url`` into ``target`` atomically, keeping it only if ``check`` accepts it.
 
-    The bytes go to a temporary file in ``target``'s folder (same filesystem, so the final
-    ``os.replace`` is atomic); ``check`` (e.g. a reader) runs on that file; on any failure the
-    temporary file is removed and ``target`` is left as it was.
+    The bytes go to a temporary file in ``target``'s folder (:func:`linc_core.atomic.write_atomic`);
+    ``check`` (e.g. a reader) runs on that file; on any failure the temporary file is removed
+    and ``target`` is left as it was.
 
     Args:
         url: any URL ``opener`` understands (``http(s)://``, ``file://``).
@@ -277,26 +291,21 @@ def download_file(
     Raises:
         DownloadError: naming the URL, when fetching or checking fails.
     """
-    final = Path(target)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary_name = tempfile.mkstemp(
-        prefix=f".{final.name}.", suffix=".part", dir=final.parent
-    )
-    temporary = Path(temporary_name)
-    try:
+
+    def fetch(out: IO[bytes]) -> None:
         try:
-            with os.fdopen(handle, "wb") as out, opener(url, timeout=timeout) as response:
+            with opener(url, timeout=timeout) as response:
                 shutil.copyfileobj(response, out)
         except OSError as err:  # URLError and HTTPError are OSErrors
             raise DownloadError(f"{url}: download failed: {err}") from err
+
+    def verify(temporary: Path) -> None:
         try:
             check(temporary)
         except (InstanceError, ValueError, OSError) as err:
             raise DownloadError(f"{url}: downloaded file failed the check: {err}") from err
-        os.replace(temporary, final)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return final
+
+    return Path(write_atomic(target, writer=fetch, check=verify))
 
 
 def _checker(remote: RemoteSet, solution: bool) -> Callable[[Path], object]:

@@ -39,17 +39,16 @@ byte-identical files (for a given pyarrow version). Pages carry CRC checksums, v
 reading, so a corrupted shard fails loudly instead of yielding different numbers.
 
 Readers: :func:`read_shard` / :func:`load_dataset` load a whole shard or set (evaluation);
-:class:`ShardedTrainingData` streams shuffled training batches holding at most two shards in
-memory and satisfies :class:`linc_core.train.data.TrainingData`.
+:func:`shard_entries` / :func:`load_shard` serve the streaming training reader
+(:class:`linc_core.train.data.ShardedTrainingData`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
+import os
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,18 +60,18 @@ import pyarrow.parquet as pq
 import torch
 
 from linc_core.instances import PROBLEM_KINDS, Instance, InstanceError
-from linc_core.seeding import derive_seed, torch_generator
 
 __all__ = [
     "MANIFEST_NAME",
     "METADATA_PREFIX",
     "SCHEMA_VERSION",
     "DatasetSchemaError",
-    "ShardedTrainingData",
+    "ShardEntry",
     "dataset_schema",
     "instance_to_table",
     "list_shards",
     "load_dataset",
+    "load_shard",
     "parquet_bytes",
     "read_manifest",
     "read_shard",
@@ -80,6 +79,7 @@ __all__ = [
     "resolve_filesystem",
     "shard_name",
     "sha256_hex",
+    "shard_entries",
     "table_to_instance",
 ]
 
@@ -115,15 +115,7 @@ _FIELD_LAYOUT: dict[str, tuple[pa.DataType, int]] = {
 _TASK_FIELDS: dict[str, tuple[str, ...]] = {
     "tsp": ("locs", "grid_size"),
     "cvrp": ("locs", "grid_size", "demand", "capacity"),
-    "cvrptw": (
-        "locs",
-        "grid_size",
-        "demand",
-        "capacity",
-        "time_windows",
-        "service_time",
-        "travel_time_scale",
-    ),
+    "cvrptw": tuple(_FIELD_LAYOUT),  # every field
 }
 
 
@@ -325,8 +317,6 @@ def resolve_filesystem(
     if filesystem is not None:
         return filesystem, uri.rstrip("/")
     if "://" not in uri:
-        import os
-
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path.rstrip("/")
@@ -369,27 +359,35 @@ def list_shards(root: str, filesystem: pafs.FileSystem | None = None) -> list[st
 
 
 @dataclass(frozen=True)
-class _ShardEntry:
+class ShardEntry:
+    """One shard of a data set: file name, row count and (from a manifest) its sha256."""
+
     file: str
     rows: int
     sha256: str | None
 
 
-def _shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[_ShardEntry]:
-    """Shards with row counts: from the manifest, else from each file's Parquet footer."""
+def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]:
+    """Shards with row counts: from the manifest, else from each file's Parquet footer.
+
+    Args:
+        root: the data set as the caller named it (for error messages).
+        fs, path: its file system and the path inside it (:func:`resolve_filesystem`).
+    """
     manifest = read_manifest(path, fs)
     if manifest is not None:
-        return [_ShardEntry(s["file"], int(s["rows"]), s["sha256"]) for s in manifest["shards"]]
+        return [ShardEntry(s["file"], int(s["rows"]), s["sha256"]) for s in manifest["shards"]]
     entries = []
     for file in list_shards(path, fs):
         with fs.open_input_file(f"{path}/{file}") as handle:
-            entries.append(_ShardEntry(file, pq.ParquetFile(handle).metadata.num_rows, None))
+            entries.append(ShardEntry(file, pq.ParquetFile(handle).metadata.num_rows, None))
     if not entries:
         raise FileNotFoundError(f"{root}: no manifest.json and no shard-*.parquet files")
     return entries
 
 
-def _load_entry(root: str, fs: pafs.FileSystem, path: str, entry: _ShardEntry) -> Instance:
+def load_shard(root: str, fs: pafs.FileSystem, path: str, entry: ShardEntry) -> Instance:
+    """Read one shard, checking its sha256 (when known) and row count."""
     source = f"{root}/{entry.file}"
     data = _read_file(fs, f"{path}/{entry.file}")
     if entry.sha256 is not None and sha256_hex(data) != entry.sha256:
@@ -406,100 +404,8 @@ def load_dataset(root: str, filesystem: pafs.FileSystem | None = None) -> Instan
     Checksums are verified against the manifest when there is one.
     """
     fs, path = resolve_filesystem(root, filesystem)
-    entries = _shard_entries(root, fs, path)
-    return Instance.concat([_load_entry(root, fs, path, e) for e in entries])
-
-
-class ShardedTrainingData:
-    """Training batches streamed from a sharded data set, shuffled per epoch, bounded memory.
-
-    Epoch ``e`` visits the shards in a seeded random order and the rows of each shard in a
-    seeded random order; batch ``i`` is rows ``[i * batch_size, (i + 1) * batch_size)`` of that
-    sequence. The row order is a pure function of ``(seed, epoch)``, so ``batch(epoch, index)``
-    is a pure function of ``(seed, epoch, index)`` whatever was read before (a resumed run sees
-    the same batches). A batch spans at most two shards when ``batch_size`` is at most a
-    shard's size; the last ``cache_shards`` shards read stay in memory, so reading batches in
-    order loads each shard once per epoch.
-
-    Satisfies :class:`linc_core.train.data.TrainingData`.
-
-    Args:
-        root: data set folder (local path or URI), or a path inside ``filesystem``.
-        batch_size: instances per batch B.
-        seed: shuffle seed.
-        filesystem: optional ``pyarrow.fs.FileSystem`` (e.g. an ``S3FileSystem``).
-        shuffle: False keeps file order (shard by shard, row by row) every epoch.
-        cache_shards: shards kept in memory (>= 1; 2 avoids re-reading at shard boundaries).
-    """
-
-    def __init__(
-        self,
-        root: str,
-        batch_size: int,
-        seed: int,
-        *,
-        filesystem: pafs.FileSystem | None = None,
-        shuffle: bool = True,
-        cache_shards: int = 2,
-    ) -> None:
-        if batch_size < 1 or cache_shards < 1:
-            raise ValueError(
-                f"batch_size and cache_shards must be >= 1, got {batch_size}, {cache_shards}"
-            )
-        self.root = root
-        self.batch_size = batch_size
-        self.seed = seed
-        self.shuffle = shuffle
-        self._fs, self._path = resolve_filesystem(root, filesystem)
-        self._entries = _shard_entries(root, self._fs, self._path)
-        self._rows = np.array([e.rows for e in self._entries], dtype=np.int64)
-        self.num_instances = int(self._rows.sum())
-        if batch_size > self.num_instances:
-            raise ValueError(f"batch_size {batch_size} > {self.num_instances} instances in {root}")
-        self.batches_per_epoch = self.num_instances // batch_size
-        self._cache_size = cache_shards
-        self._cache: OrderedDict[int, Instance] = OrderedDict()
-
-    def _shard(self, index: int) -> Instance:
-        if index in self._cache:
-            self._cache.move_to_end(index)
-            return self._cache[index]
-        instance = _load_entry(self.root, self._fs, self._path, self._entries[index])
-        self._cache[index] = instance
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return instance
-
-    def _shard_order(self, epoch: int) -> np.ndarray:
-        if not self.shuffle:
-            return np.arange(len(self._entries))
-        gen = torch_generator(derive_seed(self.seed, "shard-order", epoch))
-        return torch.randperm(len(self._entries), generator=gen).numpy()
-
-    def _row_order(self, epoch: int, shard: int) -> torch.Tensor:
-        rows = int(self._rows[shard])
-        if not self.shuffle:
-            return torch.arange(rows)
-        gen = torch_generator(derive_seed(self.seed, "row-order", epoch, shard))
-        return torch.randperm(rows, generator=gen)
-
-    def batch(self, epoch: int, index: int) -> Instance:
-        """Batch ``index`` (0 <= index < batches_per_epoch) of epoch ``epoch``."""
-        if not 0 <= index < self.batches_per_epoch:
-            raise IndexError(f"batch index {index} outside [0, {self.batches_per_epoch})")
-        order = self._shard_order(epoch)
-        ends = np.cumsum(self._rows[order])
-        start, stop = index * self.batch_size, (index + 1) * self.batch_size
-        parts = []
-        position = int(np.searchsorted(ends, start, side="right"))
-        while start < stop:
-            shard = int(order[position])
-            shard_start = int(ends[position] - self._rows[shard])
-            take = self._row_order(epoch, shard)[start - shard_start : stop - shard_start]
-            parts.append(self._shard(shard).select(take))
-            start += len(take)
-            position += 1
-        return parts[0] if len(parts) == 1 else Instance.concat(parts)
+    entries = shard_entries(root, fs, path)
+    return Instance.concat([load_shard(root, fs, path, e) for e in entries])
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -510,15 +416,9 @@ def _check_problem(problem: str) -> None:
 
 def _defaults(problem: str, batch: int, num_nodes: int) -> dict[str, torch.Tensor]:
     """The values :meth:`Instance.from_arrays` gives the fields a task does not store."""
-    windows = torch.zeros(batch, num_nodes, 2)
-    windows[..., 1] = math.inf
-    return {
-        "demand": torch.zeros(batch, num_nodes),
-        "capacity": torch.full((batch,), math.inf),
-        "time_windows": windows,
-        "service_time": torch.zeros(batch, num_nodes),
-        "travel_time_scale": torch.ones(batch),
-    }
+    blank = Instance.from_arrays(problem, torch.zeros(batch, num_nodes, 2), grid_size=1.0)
+    unstored = ("demand", "capacity", "time_windows", "service_time", "travel_time_scale")
+    return {name: getattr(blank, name) for name in unstored}
 
 
 def _metadata(problem: str, num_nodes: int, extra: Mapping[str, object]) -> dict[str, str]:

@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from linc_core.atomic import write_atomic
+from linc_core.cli_flags import add_policy_run_flags, apply_runtime_flags
 from linc_core.decode.best_of_k import make_rows
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
@@ -176,7 +178,7 @@ class ScorerProbe:
         choice = mask.sum(-1) > 1  # [B, K] decisions that are not forced
         if not bool(choice.any()):
             return
-        comparator, offset, alpha = scorer._comparator(
+        comparator, offset, alpha = scorer.comparator(
             context, table, feasible, num_customers, mask.sum(-1), stats
         )
         base = torch.matmul(context, embeddings.transpose(1, 2))  # [B, K, N]
@@ -194,16 +196,16 @@ class ScorerProbe:
 
         rows = choice
         decisions = int(rows.sum())
-        reference = {c: probabilities(0.0, c) for c in (True, False)}
+        unshifted = {c: probabilities(0.0, c) for c in (True, False)}
         for j, delta in enumerate(self.offsets):
             for centred, drift, flips in (
                 (True, self.result.drift_centred, self.result.flips_centred),
                 (False, self.result.drift_raw, self.result.flips_raw),
             ):
                 p = probabilities(delta, centred)
-                tv = 0.5 * (p - reference[centred]).abs().sum(-1)
+                tv = 0.5 * (p - unshifted[centred]).abs().sum(-1)
                 drift[j] += float(tv[rows].sum())
-                flip = p.argmax(-1) != reference[centred].argmax(-1)
+                flip = p.argmax(-1) != unshifted[centred].argmax(-1)
                 flips[j] += float(flip[rows].sum())
         self.result.decisions += decisions
 
@@ -252,12 +254,14 @@ def run_diagnostics(
     """Decode ``instances`` greedily (``num_z`` z per instance, seeded as ``linc_core.decode``
     seeds them) and probe every decision."""
     policy.eval()
-    dtype = next(policy.parameters()).dtype
+    parameter = next(policy.parameters())
+    dtype, device = parameter.dtype, parameter.device
     probe = ScorerProbe(policy, offsets)
     handle = policy.scorer.register_forward_hook(probe)
     try:
         for first in range(0, instances.batch_size, batch_size):
-            rows = make_rows(instances.select(slice(first, first + batch_size)), 1, dtype)
+            chunk = instances.select(slice(first, first + batch_size)).to(device=device)
+            rows = make_rows(chunk, 1, dtype)
             z = rows.z(num_z, policy.config.z_dim, seed) if policy.config.z_dim > 0 else None
             env = make_env(rows.instance, num_z)
             chooser = PolicyChooser(
@@ -352,8 +356,6 @@ def plot_comparator_weights(result: dict) -> bytes:
 
 def write_outputs(result: dict, out: Path) -> list[Path]:
     """``diagnostics.json`` and the three PNGs, atomically; returns the paths."""
-    from linc_core.evaluate import atomic_write
-
     files = {
         "diagnostics.json": json.dumps(result, indent=2).encode(),
         "translation_probe.png": plot_translation_probe(result),
@@ -361,20 +363,20 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
         "comparator_weights.png": plot_comparator_weights(result),
     }
     for name, data in files.items():
-        atomic_write(out / name, data)
+        write_atomic(out / name, data)
     return [out / name for name in files]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linc-diagnose", description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--benchmark", default="solomon50", help="set name or Solomon folder")
-    p.add_argument("--z", type=int, default=8, help="greedy z-rollouts per instance")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    add_policy_run_flags(
+        p,
+        benchmark="solomon50",
+        z=8,
+        z_help="greedy z-rollouts per instance",
+        out=Path("runs") / "diagnose",
+    )
     p.add_argument("--offsets", default=",".join(str(o) for o in DEFAULT_OFFSETS))
-    p.add_argument("--out", type=Path, default=Path("runs") / "diagnose")
-    p.add_argument("--threads", type=int, default=None)
     return p
 
 
@@ -383,10 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from linc_core.evaluate import load_benchmark
     from linc_core.train.loop import policy_from_checkpoint
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_runtime_flags(args)
     offsets = [float(o) for o in args.offsets.split(",")]
-    policy, _ = policy_from_checkpoint(args.checkpoint)
+    policy, _ = policy_from_checkpoint(args.checkpoint, args.device)
     bench = load_benchmark(args.benchmark, limit=args.limit)
     for name, message in bench.errors:
         print(f"skipped {name}: {message}")

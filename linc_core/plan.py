@@ -25,23 +25,26 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow.fs as pafs
-import torch
 
-from linc_core.benchmarks import data_dir
 from linc_core.config import ModelConfig, ProblemName, TrainConfig, to_dict
-from linc_core.dataset import ShardedTrainingData, load_dataset, resolve_filesystem
-from linc_core.instances import Instance, read_solomon_folder
+from linc_core.dataset import load_dataset, resolve_filesystem
+from linc_core.evaluate.benchmark_sets import SOLOMON50_CUSTOMERS, solomon50
+from linc_core.instances import Instance
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.presets import variant_configs
-from linc_core.problems.generators import truncate_customers
 from linc_core.protocols import protocol_named
-from linc_core.train.data import FixedData, GeneratedData, TrainingData, generate
+from linc_core.train.data import (
+    FixedData,
+    GeneratedData,
+    ShardedTrainingData,
+    TrainingData,
+    generate,
+)
 from linc_core.typed import ConfigError, check_fields, require
 
 # ``uri -> (filesystem, path inside it)``: how a data set location is opened.
 FilesystemOpener = Callable[[str], tuple[pafs.FileSystem, str]]
 
-SOLOMON50_CUSTOMERS = 50
 SOLOMON50_DATA_ID = "solomon100-first50"
 
 
@@ -234,16 +237,6 @@ def resolve_run(
     )
 
 
-def solomon50(dtype: torch.dtype = torch.float32) -> Instance:
-    """The ablation set: the 56 Solomon-100 instances truncated to their first 50 customers."""
-    instances, errors = read_solomon_folder(data_dir() / "solomon100")
-    if errors:
-        raise RuntimeError(f"unreadable Solomon files: {errors}")
-    return Instance.concat(
-        [truncate_customers(i, SOLOMON50_CUSTOMERS).to(dtype=dtype) for i in instances]
-    )
-
-
 def training_data(
     plan: RunPlan, open_filesystem: FilesystemOpener = resolve_filesystem
 ) -> TrainingData:
@@ -254,7 +247,7 @@ def training_data(
         filesystem, root = open_filesystem(data.uri)
         return ShardedTrainingData(root, train.batch_size, data.seed, filesystem=filesystem)
     if data.source == "solomon50":
-        return FixedData(solomon50(), train.batch_size, data.seed)
+        return FixedData(Instance.concat(solomon50()), train.batch_size, data.seed)
     return GeneratedData(
         data.problem, data.num_customers, train.batch_size, train.instances_per_epoch, data.seed
     )
@@ -296,7 +289,7 @@ def evaluation_set(
         assert validation is not None
         return validation, f"validation:{plan.data.problem}{plan.data.num_customers}"
     if source.source == "solomon50":
-        return solomon50(), "solomon50"
+        return Instance.concat(solomon50()), "solomon50"
     if source.source == "dataset":
         assert source.uri is not None
         filesystem, root = open_filesystem(source.uri)

@@ -30,7 +30,6 @@ import dataclasses
 import json
 import os
 import platform
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +41,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 import linc_core
+from linc_core.atomic import is_temporary, write_atomic
 from linc_core.dataset import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -63,10 +63,8 @@ __all__ = [
     "build_shard",
     "check_shard",
     "generate_dataset",
-    "write_atomic",
 ]
 
-_TEMP_MARKER = ".tmp-"
 # Requests in flight per actor: one running, one queued, so an actor never idles waiting for
 # the driver while the driver never holds more than two pending results per actor.
 _IN_FLIGHT_PER_WORKER = 2
@@ -133,7 +131,6 @@ class _ShardWorkerImpl:
         pa.set_cpu_count(1)
         self._uri = uri.split("?", 1)[0]
         self._filesystem, self._root = open_filesystem(uri)
-        self._local = isinstance(self._filesystem, pafs.LocalFileSystem)
         self._attempts = storage_attempts
 
     def pid(self) -> int:
@@ -160,7 +157,9 @@ class _ShardWorkerImpl:
                 f"{spec.expected_sha256}; the generator or library versions differ from the run "
                 "that wrote the manifest, so the set cannot be repaired in place."
             )
-        self._retry(lambda: self._write_atomic(path, data), f"write {source}")
+        self._retry(
+            lambda: write_atomic(path, data, filesystem=self._filesystem), f"write {source}"
+        )
         return self._result(spec, data, status, reason)
 
     def _result(
@@ -184,31 +183,8 @@ class _ShardWorkerImpl:
         with self._filesystem.open_input_stream(path) as stream:
             return stream.read_buffer()
 
-    def _write_atomic(self, path: str, data: pa.Buffer) -> None:
-        write_atomic(self._filesystem, path, data, local=self._local)
-
 
 ShardWorker = ray.remote(_ShardWorkerImpl)
-
-
-def write_atomic(filesystem: pafs.FileSystem, path: str, data: bytes | pa.Buffer, *, local: bool):
-    """Write ``data`` so readers see the old file or the whole new one, never a prefix.
-
-    Locally: temporary sibling, then rename (atomic within a file system). On S3 an object
-    becomes visible only when its upload completes, so the final key is written directly.
-    """
-    if not local:
-        with filesystem.open_output_stream(path) as stream:
-            stream.write(data)
-        return
-    temp = f"{path}{_TEMP_MARKER}{uuid.uuid4().hex}"
-    try:
-        with filesystem.open_output_stream(temp) as stream:
-            stream.write(data)
-        filesystem.move(temp, path)
-    finally:
-        if filesystem.get_file_info(temp).type != pafs.FileType.NotFound:
-            filesystem.delete_file(temp)
 
 
 def generate_dataset(
@@ -249,7 +225,7 @@ def generate_dataset(
     _check_no_strays(existing, config, display_uri)
     if local:
         for info in existing:  # temporaries left by a killed worker
-            if _TEMP_MARKER in info.base_name:
+            if is_temporary(info.base_name):
                 filesystem.delete_file(info.path)
 
     specs = config.shard_specs(expected)
@@ -279,7 +255,7 @@ def generate_dataset(
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     retry(
-        lambda: write_atomic(filesystem, manifest_path, text.encode(), local=local),
+        lambda: write_atomic(manifest_path, text.encode(), filesystem=filesystem),
         "write manifest.json",
     )
     return manifest

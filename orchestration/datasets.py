@@ -21,8 +21,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow.fs as pafs
 
-from linc_core.dataset import ShardedTrainingData, load_dataset, resolve_filesystem
+from linc_core.dataset import load_dataset, resolve_filesystem
 from linc_core.instances import Instance
+from linc_core.train.data import ShardedTrainingData
 
 __all__ = [
     "StorageUnavailableError",

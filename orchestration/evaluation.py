@@ -13,8 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from linc_core.atomic import write_atomic
 from linc_core.decode import DecodeConfig
-from linc_core.evaluate import Evaluation, atomic_write, evaluate_policy, plot_routes, rows_csv
+from linc_core.evaluate import Evaluation, evaluate_policy, plot_routes, rows_csv
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy
 from linc_core.plan import EvaluationSource
@@ -48,9 +49,9 @@ def log_evaluation(
     """Log rows (CSV), summary (JSON), metrics and a route plot of the first instance."""
     folder.mkdir(parents=True, exist_ok=True)
     rows_path = folder / "evaluation_rows.csv"
-    atomic_write(rows_path, rows_csv(evaluation.rows))
+    write_atomic(rows_path, rows_csv(evaluation.rows))
     summary_path = folder / "evaluation_summary.json"
-    atomic_write(summary_path, json.dumps(evaluation.summary, indent=2).encode())
+    write_atomic(summary_path, json.dumps(evaluation.summary, indent=2).encode())
     mlflow.log_artifact(str(rows_path))
     mlflow.log_artifact(str(summary_path))
     mlflow.log_metrics(evaluation_metrics(evaluation))
@@ -60,7 +61,7 @@ def log_evaluation(
     if solution:
         plot_path = folder / "routes.png"
         title = f"{set_name} {first.instance}: {first.cost_exact:.2f}"
-        atomic_write(plot_path, plot_routes(instances.select([0]), solution, title))
+        write_atomic(plot_path, plot_routes(instances.select([0]), solution, title))
         mlflow.log_artifact(str(plot_path))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import mlflow
 from ray import tune
 
+from linc_core.atomic import write_atomic
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
 from orchestration.plan import TrialPlan
@@ -84,10 +84,8 @@ def _parent_run(plan: TrialPlan, sweep: dict[str, Any], sweep_file: Path | None)
     params = [mlflow.entities.Param(k, v) for k, v in plan.params(sweep=sweep).items()]
     client.log_batch(run.info.run_id, params=params)  # one write (the client splits >100)
     if sweep_file is not None:
-        sweep_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = sweep_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"parent_run_id": run.info.run_id, "name": name}))
-        os.replace(tmp, sweep_file)
+        record = {"parent_run_id": run.info.run_id, "name": name}
+        write_atomic(sweep_file, json.dumps(record).encode())
     return run.info.run_id
 
 

@@ -264,10 +264,10 @@ def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
     """The plain fit loop reads a generated set through ShardedTrainingData (no Ray needed)."""
     import dataclasses
 
-    from linc_core.dataset import ShardedTrainingData
     from linc_core.model import LincPolicy
     from linc_core.presets import preset_configs
     from linc_core.train import fit
+    from linc_core.train.data import ShardedTrainingData
 
     data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)
     model, train = preset_configs(

@@ -1,4 +1,5 @@
-"""The Parquet data set schema and readers (pure pyarrow/numpy/torch, no Ray, no S3)."""
+"""The Parquet data set schema, shard IO and ``load_dataset`` (pure pyarrow/numpy/torch, no
+Ray, no S3)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from linc_core.dataset import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     DatasetSchemaError,
-    ShardedTrainingData,
     dataset_schema,
     instance_to_table,
     load_dataset,
@@ -168,30 +168,3 @@ def test_load_dataset_and_checksum(tmp_path: Path) -> None:
     tampered.write_bytes(other)
     with pytest.raises(DatasetSchemaError, match="sha256"):
         load_dataset(str(tmp_path / "set"))
-
-
-def test_training_stream_is_pure_shuffled_and_complete(tmp_path: Path) -> None:
-    shards = named_shards([8, 8, 8, 6])
-    write_set(tmp_path / "set", shards)
-    data = ShardedTrainingData(str(tmp_path / "set"), batch_size=5, seed=7)
-    assert data.batches_per_epoch == 30 // 5
-    epoch0 = [data.batch(0, i).names for i in range(data.batches_per_epoch)]
-    seen = [name for names in epoch0 for name in names]
-    assert sorted(seen) == sorted(f"row{k}" for k in range(30))  # each instance once
-    assert seen != [f"row{k}" for k in range(30)]  # shuffled
-    assert len(data._cache) <= 2  # bounded memory
-    # Pure: a fresh reader, batches in another order, gives the same batches.
-    fresh = ShardedTrainingData(str(tmp_path / "set"), batch_size=5, seed=7)
-    assert [fresh.batch(0, i).names for i in reversed(range(6))] == epoch0[::-1]
-    assert [data.batch(1, i).names for i in range(6)] != epoch0  # reshuffled per epoch
-    # The rows are the stored instances, bit for bit.
-    everything = Instance.concat(shards)
-    batch = data.batch(0, 2)
-    rows = [int(name[3:]) for name in batch.names]
-    assert_bit_identical(batch, everything.select(rows))
-
-
-def test_training_stream_without_shuffle_keeps_order(tmp_path: Path) -> None:
-    write_set(tmp_path / "set", named_shards([4, 4]), manifest=False)
-    data = ShardedTrainingData(str(tmp_path / "set"), batch_size=3, seed=0, shuffle=False)
-    assert data.batch(0, 1).names == ("row3", "row4", "row5")

@@ -10,10 +10,10 @@ import torch
 
 from linc_core.config import ModelConfig
 from linc_core.decode import DecodeConfig, decode
-from linc_core.instances import Instance, read_solomon, read_solomon_folder
+from linc_core.instances import Instance, read_solomon, read_solomon_folder, truncate_customers
 from linc_core.model import LincPolicy
 from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms
-from linc_core.problems.generators import generate_tsp, truncate_customers
+from linc_core.problems.generators import generate_tsp
 from linc_core.verify import verify_instance
 
 TINY = dict(

@@ -9,11 +9,10 @@ import torch
 
 from linc_core.config import ModelConfig
 from linc_core.diagnose import main, run_diagnostics
-from linc_core.instances import Instance, read_solomon
+from linc_core.instances import Instance, read_solomon, truncate_customers
 from linc_core.model import LincPolicy
-from linc_core.problems.generators import truncate_customers
 from tests.test_decode import TINY, tiny_policy
-from tests.test_evaluate import PNG_MAGIC, _tiny_checkpoint
+from tests.test_evaluate_cli import PNG_MAGIC, _tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

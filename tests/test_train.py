@@ -12,7 +12,7 @@ import torch
 from linc_core.decode import DecodeConfig, decode
 from linc_core.model import LincPolicy, sample_z
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
-from linc_core.reference import solve_reference
+from linc_core.pyvrp_solver import solve_with_pyvrp
 from linc_core.train import FixedData, GeneratedData, fit, train_step
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
@@ -69,7 +69,7 @@ def test_training_cuts_cost_and_approaches_pyvrp() -> None:
     before = decode(policy, instances, greedy).cost.mean().item()
     fit(policy, config, FixedData(instances, 32, seed=5))
     after = decode(policy, instances, greedy).cost.mean().item()
-    pyvrp = sum(solve_reference(instances, i, seconds=0.2).cost for i in range(32)) / 32
+    pyvrp = sum(solve_with_pyvrp(instances, i, seconds=0.2).cost for i in range(32)) / 32
     print(f"untrained {before:.2f} trained {after:.2f} pyvrp {pyvrp:.2f}")
     assert after <= 0.8 * before
     assert after <= 1.10 * pyvrp

@@ -5,8 +5,8 @@ becomes 8 B rows (row ``a * B + b`` is augmentation ``a`` of instance ``b``, as
 ``augment_dihedral`` lays them out). Each row decodes K rollouts.
 
 One seeding scheme for every decode (validation during training included). A row's random
-draws derive from ``seed``, the content of its instance (``fingerprint``: a hash of the
-instance's data, so the same instance decodes the same wherever it sits in a batch or a folder)
+draws derive from ``seed``, the content of its instance (``Instance.fingerprint``: a hash of
+the instance's data, so the same instance decodes the same wherever it sits in a batch or a folder)
 and its augmentation:
 
 - its z-vectors come from a generator seeded with ``derive_seed(seed, "z", fingerprint, a)``;
@@ -23,7 +23,6 @@ check).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,16 +38,6 @@ from linc_core.problems import make_env
 from linc_core.problems.augment import augment_dihedral
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
 from linc_core.seeding import derive_seed, torch_generator
-
-
-def fingerprint(instance: Instance, row: int) -> str:
-    """sha256 (16 hex) of one row's data (problem, coordinates, demands, windows, service,
-    travel-time scale): equal data, equal fingerprint, whatever the name or position."""
-    digest = hashlib.sha256(instance.problem.encode())
-    for name in ("locs", "demand", "capacity", "time_windows", "service_time"):
-        digest.update(getattr(instance, name)[row].detach().cpu().double().numpy().tobytes())
-    digest.update(instance.travel_time_scale[row].detach().cpu().double().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -97,7 +86,7 @@ def make_rows(instance: Instance, augment: int, dtype: torch.dtype) -> Rows:
     base = instance.to(dtype=dtype)
     rows = augment_dihedral(base) if augment == 8 else base
     b = instance.batch_size
-    prints = tuple(fingerprint(base, i) for i in range(b))
+    prints = tuple(base.fingerprint(i) for i in range(b))
     return Rows(
         rows,
         torch.arange(b).repeat(augment),
@@ -198,7 +187,6 @@ __all__ = [
     "BestRollouts",
     "Rows",
     "decode_best_of_k",
-    "fingerprint",
     "make_rows",
     "rollout_capacity",
 ]

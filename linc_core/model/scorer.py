@@ -180,7 +180,7 @@ class CandidateScorer(nn.Module):
         stats = feasible_stats(fm, feasible, num_customers)
         phi = fm if self.selects_all else fm.index_select(-2, self.feature_index)  # [B, K, P, N]
         shift = stats.means.index_select(-1, self.feature_index) * self.centred_columns.to(fm.dtype)
-        comparator, offset, alpha = self._comparator(
+        comparator, offset, alpha = self.comparator(
             context, table, feasible, num_customers, mask.sum(-1), stats
         )
         local = (phi * comparator.unsqueeze(-1)).sum(-2)  # [B, K, N]
@@ -213,7 +213,7 @@ class CandidateScorer(nn.Module):
         out = torch.matmul(hidden, self.mlp_out.weight.squeeze(0)) + self.mlp_out.bias
         return out.view(b, k, n)
 
-    def _comparator(
+    def comparator(
         self,
         context: Tensor,
         table: Tensor,
@@ -222,8 +222,11 @@ class CandidateScorer(nn.Module):
         feasible_count: Tensor,
         stats: FeasibleStats | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The shared comparator ``v = W_phi^T h~`` ``[B, K, P]``, ``<h~, b_phi>`` ``[B, K, 1]``
-        and alpha ``[B, K, 1]`` (None without a summary).
+        """The LINC comparator of one step: the weights the local score gives each feature.
+
+        The local score of candidate j is ``sum_p v_p phi_pj + offset`` (before centring), and
+        the total score ``alpha * h^T e_j + local`` when there is a summary. ``forward`` uses
+        this; ``linc_core.diagnose`` calls it to probe the comparator directly.
 
         ``h~ = h * (1 + gamma) + beta`` enters the score only through ``W_phi^T h~`` and
         ``<h~, b_phi>``, and beta is affine in its hidden input, so the beta branch is folded
@@ -232,8 +235,17 @@ class CandidateScorer(nn.Module):
         directly (tanh is several times slower than sigmoid on CPU).
 
         Args:
+            context: ``[B, K, D]`` decoder context h.
+            table: ``[B, K, N, F]`` consequence table of the step.
+            feasible: ``[B, K, N]`` the feasible set F (the depot column cleared).
+            num_customers: customers per instance n.
             feasible_count: ``[B, K]`` feasible actions per rollout (depot included).
             stats: the step's ``FeasibleStats``, when the caller has them.
+
+        Returns:
+            ``(v, offset, alpha)``: the comparator ``v = W_phi^T h~`` ``[B, K, P]``, the offset
+            ``<h~, b_phi>`` ``[B, K, 1]`` (zeros without a bias) and the gate alpha
+            ``[B, K, 1]`` (None without a summary).
         """
         projection = self.full_phi_proj.weight  # [D, P]
         if self.full_phi_proj.bias is not None:

@@ -1,6 +1,6 @@
 """Batched routing environments over ``[B, K, ...]``: TSP, CVRP, CVRPTW, and the rollout engine."""
 
-from linc_core.instances import Instance
+from linc_core.instances import Instance, truncate_customers
 from linc_core.problems.augment import augment_dihedral, dihedral_coordinates
 from linc_core.problems.base import actions_to_routes, random_feasible_actions
 from linc_core.problems.cvrp import CVRPEnv, CVRPState
@@ -10,7 +10,6 @@ from linc_core.problems.generators import (
     generate_cvrp,
     generate_cvrptw_envelope,
     generate_tsp,
-    truncate_customers,
 )
 from linc_core.problems.protocol import (
     CONSEQUENCE_FEATURES,

@@ -1,6 +1,6 @@
 """Training: credit assignment, one REINFORCE step, data sources, checkpoints, the fit loop."""
 
-from linc_core.train.data import FixedData, GeneratedData, TrainingData
+from linc_core.train.data import FixedData, GeneratedData, ShardedTrainingData, TrainingData
 from linc_core.train.loop import (
     BaseCallback,
     Callback,
@@ -20,6 +20,7 @@ __all__ = [
     "FixedData",
     "GeneratedData",
     "PrintProgress",
+    "ShardedTrainingData",
     "StepMetrics",
     "TrainingData",
     "fit",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from linc_core import __version__
+from linc_core.atomic import write_atomic
 from linc_core.config import ModelConfig, TrainConfig, to_dict
 from linc_core.typed import build
 
@@ -36,20 +36,8 @@ def git_commit(path: Path | None = None) -> str | None:
 
 
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Atomically write ``payload`` (temp file in the same folder, then rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """Atomically write ``payload`` (temp file in the same folder, fsync, then rename)."""
+    return Path(write_atomic(path, writer=lambda out: torch.save(payload, out), fsync=True))
 
 
 def build_payload(

@@ -1,4 +1,4 @@
-"""Tests of the PyVRP reference solver and the ``linc-solve`` command.
+"""Tests of the PyVRP solver (`linc_core.pyvrp_solver`) and the ``linc-solve`` command.
 
 Solver runs are short (1-4 s each, fixed seeds); the whole file stays under a minute.
 Benchmark files are read in place from the shared data folder.
@@ -14,18 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from linc_core import reference
 from linc_core.benchmarks import data_dir, load_bks
 from linc_core.instances import Instance, read_cvrplib, read_solomon, read_tsplib
-from linc_core.reference import (
+from linc_core.pyvrp_solver import (
     DEFAULT_SCALE,
-    ReferenceSolverError,
+    PyVRPError,
     build_model,
-    detect_format,
-    main,
-    solve_reference,
+    solve_with_pyvrp,
 )
-from linc_core.verify import VerifyResult, Violation, edge_lengths, verify_instance
+from linc_core.verify import edge_lengths, verify_instance
 
 SEED = 0
 
@@ -47,7 +44,7 @@ def gap_percent(cost: float, best_known: float) -> float:
 # ---------------------------------------------------------------------------- benchmarks
 def test_c101_dimacs_matches_best_known():
     instance = read_solomon(benchmark_file("solomon100", "C101.txt"))
-    solution = solve_reference(instance, seconds=3, seed=SEED, convention="dimacs")
+    solution = solve_with_pyvrp(instance, seconds=3, seed=SEED, convention="dimacs")
 
     assert solution.feasible, solution.verify.violations
     assert solution.num_routes == len(solution.routes)
@@ -58,7 +55,7 @@ def test_c101_dimacs_matches_best_known():
 
 def test_r101_exact_is_feasible_under_exact_verification():
     instance = read_solomon(benchmark_file("solomon100", "R101.txt"))
-    solution = solve_reference(instance, seconds=4, seed=SEED, convention="exact")
+    solution = solve_with_pyvrp(instance, seconds=4, seed=SEED, convention="exact")
 
     # Guaranteed by the conservative rounding (durations and ready times up, due times down).
     recheck = verify_instance(instance, 0, solution.routes, convention="exact")
@@ -76,7 +73,7 @@ def test_r101_exact_stays_feasible_at_coarse_scale():
     # there gives R101 routes that miss windows under exact verification (seen: 4 late
     # arrivals); rounding up must still give a feasible, if longer, solution.
     instance = read_solomon(benchmark_file("solomon100", "R101.txt"))
-    solution = solve_reference(instance, seconds=2, seed=SEED, convention="exact", scale=1)
+    solution = solve_with_pyvrp(instance, seconds=2, seed=SEED, convention="exact", scale=1)
 
     assert solution.scale == 1
     assert solution.feasible, solution.verify.violations
@@ -85,7 +82,7 @@ def test_r101_exact_stays_feasible_at_coarse_scale():
 
 def test_cvrplib_x_n101_k25_close_to_best_known():
     instance = read_cvrplib(benchmark_file("cvrplib_x", "X-n101-k25.vrp"))
-    solution = solve_reference(instance, seconds=4, seed=SEED, convention="cvrplib")
+    solution = solve_with_pyvrp(instance, seconds=4, seed=SEED, convention="cvrplib")
 
     assert solution.feasible, solution.verify.violations
     assert gap_percent(solution.cost, load_bks("cvrplib_x")["X-n101-k25"]) < 3.0
@@ -94,7 +91,7 @@ def test_cvrplib_x_n101_k25_close_to_best_known():
 
 def test_tsplib_eil51_close_to_optimum():
     instance = read_tsplib(benchmark_file("tsplib", "eil51.tsp"))
-    solution = solve_reference(instance, seconds=2, seed=SEED, convention="tsplib")
+    solution = solve_with_pyvrp(instance, seconds=2, seed=SEED, convention="tsplib")
 
     assert solution.feasible, solution.verify.violations
     assert solution.num_routes == 1
@@ -155,7 +152,7 @@ def test_tiny_cvrptw_optimum_is_found(convention):
     optimum = brute_force_optimum(instance, convention)
     assert math.isfinite(optimum)
 
-    solution = solve_reference(instance, seconds=0.5, seed=SEED, convention=convention)
+    solution = solve_with_pyvrp(instance, seconds=0.5, seed=SEED, convention=convention)
 
     assert solution.feasible, solution.verify.violations
     assert solution.cost == pytest.approx(optimum, abs=1e-9)
@@ -172,8 +169,8 @@ def test_unservable_customer_raises():
         time_windows=[[0.0, 1000.0], [0.0, 50.0], [0.0, 1000.0]],
         service_time=[0.0, 0.0, 0.0],
     )
-    with pytest.raises(ReferenceSolverError, match="no feasible solution"):
-        solve_reference(instance, seconds=0.3, seed=SEED)
+    with pytest.raises(PyVRPError, match="no feasible solution"):
+        solve_with_pyvrp(instance, seconds=0.3, seed=SEED)
 
 
 # ---------------------------------------------------------------------------- rounding
@@ -210,62 +207,4 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="index"):
         build_model(instance, 3)
     with pytest.raises(ValueError, match="seconds"):
-        solve_reference(instance, seconds=0)
-
-
-# ---------------------------------------------------------------------------- command line
-def test_detect_format():
-    assert detect_format(benchmark_file("solomon100", "C101.txt")) == "solomon"
-    assert detect_format(benchmark_file("tsplib", "eil51.tsp")) == "tsplib"
-    assert detect_format(benchmark_file("cvrplib_x", "X-n101-k25.vrp")) == "cvrplib"
-
-
-def test_cli_prints_verified_solution(capsys):
-    path = benchmark_file("solomon100", "C101.txt")
-    exit_code = main([str(path), "--seconds", "2", "--seed", str(SEED)])
-    output = capsys.readouterr().out
-
-    assert exit_code == 0
-    lines = output.splitlines()
-    assert lines[0].startswith("instance: C101")
-    assert "convention: dimacs" in output  # auto picks the Solomon benchmark's convention
-    route_lines = [line for line in lines if line.startswith("Route #")]
-    served = sorted(int(node) for line in route_lines for node in line.split(":")[1].split())
-    assert served == list(range(1, 101))
-    fields = dict(line.split(": ", 1) for line in lines if not line.startswith("Route #"))
-    assert fields["cost"].endswith("(verified, feasible)")
-    assert int(fields["routes"]) == len(route_lines)
-    assert float(fields["bks"]) == pytest.approx(827.3)
-    assert float(fields["gap"].rstrip("%")) < 1.0
-    assert float(fields["runtime"].split()[0]) > 0
-
-
-def test_cli_unreadable_file_returns_error(tmp_path, capsys):
-    bogus = tmp_path / "nothing.txt"
-    bogus.write_text("not a routing instance\n")
-    assert main([str(bogus), "--seconds", "1"]) == 2
-    assert "linc-solve:" in capsys.readouterr().err
-
-
-def test_cli_reports_verifier_rejection(monkeypatch, capsys):
-    # Conservative rounding keeps real solutions feasible, so stand in a verifier that
-    # rejects everything to check that a rejection is printed and turns into exit code 1.
-    real_verify = reference.verify_instance
-
-    def rejecting_verify(instance, index, routes, convention="exact"):
-        verdict = real_verify(instance, index, routes, convention)
-        late = Violation("time_window", 0, routes[0][0], "injected late arrival")
-        return VerifyResult(verdict.cost, (late,), verdict.num_routes)
-
-    monkeypatch.setattr(reference, "verify_instance", rejecting_verify)
-    path = benchmark_file("tsplib", "eil51.tsp")
-    assert main([str(path), "--seconds", "0.3"]) == 1
-    captured = capsys.readouterr()
-    assert "(verified, INFEASIBLE)" in captured.out
-    assert "violation: time_window: injected late arrival" in captured.err
-
-
-def test_cli_notes_a_convention_mismatch(capsys):
-    path = benchmark_file("tsplib", "eil51.tsp")
-    assert main([str(path), "--seconds", "0.3", "--convention", "exact"]) == 0
-    assert "note: the bks is stated under tsplib, this cost under exact" in capsys.readouterr().out
+        solve_with_pyvrp(instance, seconds=0)

@@ -1,6 +1,6 @@
-"""Reference solutions from PyVRP, re-scored by the project's own verifier.
+"""PyVRP solutions, re-scored by the project's own verifier.
 
-``solve_reference`` turns one row of an :class:`~linc_core.instances.Instance` batch into a
+``solve_with_pyvrp`` turns one row of an :class:`~linc_core.instances.Instance` batch into a
 PyVRP ``Model``, runs PyVRP's iterated local search for a fixed time, and hands the routes to
 :func:`linc_core.verify.verify_instance`. The verifier's cost is the one reported; PyVRP's own
 objective is kept only as a cross-check.
@@ -43,30 +43,23 @@ rounded down for the same reason.
 A tiny tolerance (``_ROUNDING_SLACK``, in scaled units) is taken off before a ceiling and added
 before a floor so that float noise such as ``30.000000000000004`` does not cost a whole unit.
 
-Command line: ``linc-solve INSTANCE --seconds S [--seed N] [--convention ...]`` (also
-``python -m linc_core.reference``) solves one benchmark file and prints the verified result.
+The command line ``linc-solve`` is :mod:`linc_core.pyvrp_cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from pyvrp import Model
 from pyvrp.stop import MaxRuntime
 
-from linc_core.benchmarks import BENCHMARKS, load_bks
-from linc_core.instances import Instance, read_cvrplib, read_solomon, read_tsplib
+from linc_core.instances import Instance
 from linc_core.verify import (
     CONVENTIONS,
     VerifyResult,
-    convention_for,
     edge_lengths,
     verify_instance,
 )
@@ -82,21 +75,13 @@ DEMAND_SCALE = 1000
 # unit per edge, far inside the verifier's 1e-9 relative tolerance.
 _ROUNDING_SLACK = 1e-7
 
-# File formats the command line recognises, and the benchmark family each one belongs to
-# (the family decides the ``auto`` convention through ``verify.convention_for``).
-_FORMAT_BENCHMARK = {"solomon": "solomon", "tsplib": "tsplib", "cvrplib": "cvrplib"}
 
-
-# Decimals worth printing per convention: DIMACS edges have one, nint edges none.
-_COST_DECIMALS = {"exact": 4, "dimacs": 1, "tsplib": 0, "cvrplib": 0}
-
-
-class ReferenceSolverError(RuntimeError):
+class PyVRPError(RuntimeError):
     """PyVRP returned no feasible solution, or the input cannot be modelled."""
 
 
 @dataclass(frozen=True)
-class ReferenceSolution:
+class PyVRPSolution:
     """A PyVRP solution of one instance, scored by the project's verifier.
 
     Attributes:
@@ -260,7 +245,7 @@ def build_model(
 
 
 # ---------------------------------------------------------------------------- solve
-def solve_reference(
+def solve_with_pyvrp(
     instance: Instance,
     index: int = 0,
     *,
@@ -268,7 +253,7 @@ def solve_reference(
     seed: int = 0,
     convention: str = "exact",
     scale: int | None = None,
-) -> ReferenceSolution:
+) -> PyVRPSolution:
     """Solve row ``index`` of ``instance`` with PyVRP and verify the result.
 
     Args:
@@ -285,7 +270,7 @@ def solve_reference(
         solution that the verifier rejects is returned (``feasible`` is ``False``), not raised.
 
     Raises:
-        ReferenceSolverError: PyVRP found no feasible solution within ``seconds``.
+        PyVRPError: PyVRP found no feasible solution within ``seconds``.
         ValueError: Bad arguments (see :func:`build_model`).
     """
     if seconds <= 0:
@@ -299,7 +284,7 @@ def solve_reference(
     name = instance.names[index] if instance.names is not None else None
     if not result.is_feasible():
         label = f"instance {name!r}" if name else f"row {index}"
-        raise ReferenceSolverError(
+        raise PyVRPError(
             f"PyVRP found no feasible solution for {label} in {seconds:g} s "
             f"(convention {convention!r}, scale {effective_scale}); try more seconds."
         )
@@ -314,7 +299,7 @@ def solve_reference(
         routes = [[0, *routes[0]]] if routes else [[0]]
 
     verified = verify_instance(instance, index, routes, convention=convention)
-    return ReferenceSolution(
+    return PyVRPSolution(
         routes=routes,
         cost=float(verified.cost),
         pyvrp_objective=float(result.cost()) / effective_scale,
@@ -326,142 +311,3 @@ def solve_reference(
         seed=seed,
         name=name,
     )
-
-
-# ---------------------------------------------------------------------------- command line
-def detect_format(path: Path) -> str:
-    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension and header.
-
-    Raises:
-        ValueError: The file is none of the three formats.
-    """
-    suffix = path.suffix.lower()
-    if suffix == ".tsp":
-        return "tsplib"
-    if suffix == ".vrp":
-        return "cvrplib"
-    with path.open(errors="replace") as handle:
-        head = handle.read(2000).upper()
-    # Without a telling extension, fall back on the header: Solomon files carry a VEHICLE and a
-    # CUSTOMER section, VRPLIB files a "TYPE :" line.
-    if "CUSTOMER" in head and "VEHICLE" in head:
-        return "solomon"
-    compact = head.replace(" ", "").replace("\t", "")
-    if "TYPE:TSP" in compact:
-        return "tsplib"
-    if "TYPE:CVRP" in compact:
-        return "cvrplib"
-    raise ValueError(f"{path}: not a Solomon (.txt), TSPLIB (.tsp) or CVRPLIB (.vrp) file.")
-
-
-_READERS: dict[str, Callable[[Path], Instance]] = {
-    "solomon": read_solomon,
-    "tsplib": read_tsplib,
-    "cvrplib": read_cvrplib,
-}
-
-
-def _best_known(path: Path, name: str) -> tuple[float, str] | None:
-    """The best-known value of ``name`` and its convention, from the file's own folder.
-
-    The folder must be one of the named benchmarks of ``linc_core.benchmarks`` (its name
-    decides which ``bks.csv`` column holds the distance-only value); otherwise, or when the
-    instance is not listed, there is no best-known value to compare with.
-    """
-    folder = path.resolve().parent
-    if not (folder / "bks.csv").is_file():
-        return None
-    benchmark = next((b for b in BENCHMARKS.values() if b.folder == folder.name), None)
-    if benchmark is None:
-        return None
-    try:
-        table = load_bks(benchmark.name, root=folder.parent)
-    except (OSError, ValueError) as error:  # a broken bks.csv must not hide the solution
-        print(f"linc-solve: best-known values unavailable: {error}", file=sys.stderr)
-        return None
-    if name not in table:
-        return None
-    return table[name], benchmark.convention
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="linc-solve",
-        description="Solve one Solomon, TSPLIB or CVRPLIB file with PyVRP and verify the result.",
-    )
-    parser.add_argument("instance", type=Path, help="path to a .txt (Solomon), .tsp or .vrp file")
-    parser.add_argument("--seconds", type=float, required=True, help="PyVRP time limit")
-    parser.add_argument("--seed", type=int, default=0, help="PyVRP random seed (default 0)")
-    parser.add_argument(
-        "--convention",
-        choices=("auto", *CONVENTIONS),
-        default="auto",
-        help="cost convention; auto = the benchmark's own (Solomon: dimacs, TSPLIB: tsplib, "
-        "CVRPLIB: cvrplib)",
-    )
-    parser.add_argument(
-        "--scale", type=int, default=None, help="integer scale of lengths and times (advanced)"
-    )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``linc-solve``.
-
-    Returns:
-        0 when the verified solution is feasible, 1 when the verifier rejects it, 2 when no
-        solution could be produced (unreadable file, PyVRP found nothing feasible).
-    """
-    args = _parse_args(argv)
-    path: Path = args.instance
-    try:
-        file_format = detect_format(path)
-        instance = _READERS[file_format](path)
-        convention = (
-            convention_for(_FORMAT_BENCHMARK[file_format])
-            if args.convention == "auto"
-            else args.convention
-        )
-        solution = solve_reference(
-            instance,
-            0,
-            seconds=args.seconds,
-            seed=args.seed,
-            convention=convention,
-            scale=args.scale,
-        )
-    except (OSError, ValueError, ReferenceSolverError) as error:
-        print(f"linc-solve: {error}", file=sys.stderr)
-        return 2
-
-    name = solution.name or path.stem
-    print(
-        f"instance: {name} ({file_format}, {instance.problem}, {instance.num_customers} "
-        f"{'cities' if instance.problem == 'tsp' else 'customers'})"
-    )
-    print(f"convention: {convention} (scale {solution.scale}, seed {solution.seed})")
-    for number, route in enumerate(solution.routes, start=1):
-        # CVRPLIB's solution-file syntax, so the lines can be pasted into a .sol file.
-        print(f"Route #{number}: {' '.join(str(node) for node in route)}")
-    status = "feasible" if solution.feasible else "INFEASIBLE"
-    print(f"cost: {solution.cost:.{_COST_DECIMALS[convention]}f} (verified, {status})")
-    print(f"routes: {solution.num_routes}")
-    reference = _best_known(path, name)
-    if reference is not None:
-        best_known, bks_convention = reference
-        gap = 100.0 * (solution.cost - best_known) / best_known
-        print(f"bks: {best_known:g}")
-        print(f"gap: {gap:.2f}%")
-        if bks_convention != convention:
-            # e.g. exact distances against DIMACS values: the gap mixes two cost rules.
-            print(f"note: the bks is stated under {bks_convention}, this cost under {convention}")
-    print(f"runtime: {solution.runtime:.2f} s")
-    if not solution.feasible:
-        for violation in solution.verify.violations:
-            print(f"violation: {violation.kind}: {violation.detail}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Tests of the instance samplers in ``linc_core.problems.generators``.
+"""Tests of the CVRPTW envelope generator (``linc_core.problems.generators.envelope*``).
 
 Feasibility is recomputed here with plain numpy, independently of the generator's own check.
 The distribution test compares 4,000 envelope instances with the reference generator's
@@ -13,26 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from linc_core import instances as instances_module
 from linc_core.instances import TENSOR_FIELDS, Instance
 from linc_core.problems.generators import (
-    CVRP_CAPACITY_BY_SIZE,
     ENVELOPE_FAMILIES,
     EnvelopeConfig,
-    _nudge_float32_feasible,
-    generate_cvrp,
     generate_cvrptw_envelope,
-    generate_tsp,
-    truncate_customers,
 )
+from linc_core.problems.generators.envelope_windows import nudge_float32_feasible
 from linc_core.seeding import derive_seed
 from tests.golden import load_golden
+from tests.instance_helpers import same_tensors
 
 _FIELDS = TENSOR_FIELDS
-
-
-def _same(a: Instance, b: Instance) -> bool:
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in _FIELDS)
 
 
 def _single_customer_feasible(instance: Instance, dtype: type = np.float32) -> np.ndarray:
@@ -59,53 +51,11 @@ def envelope100() -> tuple[Instance, dict[str, np.ndarray]]:
     )
 
 
-# ------------------------------------------------------------------------------ TSP / CVRP
-def test_tsp_seeded_uniform_unit_square() -> None:
-    a = generate_tsp(16, 20, seed=3)
-    assert a.problem == "tsp" and a.locs.shape == (16, 20, 2) and a.locs.dtype == torch.float32
-    assert _same(a, generate_tsp(16, 20, seed=3))
-    assert not torch.equal(a.locs, generate_tsp(16, 20, seed=4).locs)
-    assert float(a.locs.min()) >= 0.0 and float(a.locs.max()) < 1.0
-    assert torch.all(a.grid_size == 1.0)
-    assert torch.all(a.demand == 0) and torch.all(torch.isinf(a.capacity))
-
-
-@pytest.mark.parametrize("size", sorted(CVRP_CAPACITY_BY_SIZE))
-def test_cvrp_capacity_table_and_demands(size: int) -> None:
-    batch = 8 if size >= 500 else 64
-    inst = generate_cvrp(batch, size, seed=size)
-    assert inst.problem == "cvrp" and inst.locs.shape == (batch, size + 1, 2)
-    assert torch.all(inst.capacity == CVRP_CAPACITY_BY_SIZE[size])
-    demand = inst.demand
-    assert torch.all(demand[:, 0] == 0)
-    customers = demand[:, 1:]
-    assert torch.all(customers == customers.round())
-    assert int(customers.min()) == 1 and int(customers.max()) == 9
-    assert float(inst.locs.min()) >= 0.0 and float(inst.locs.max()) < 1.0
-    assert torch.all(inst.grid_size == 1.0)
-
-
-def test_cvrp_seeding_and_capacity_errors() -> None:
-    a = generate_cvrp(8, 20, seed=1)
-    assert _same(a, generate_cvrp(8, 20, seed=1))
-    assert not torch.equal(a.locs, generate_cvrp(8, 20, seed=2).locs)
-    # The depot is uniform too, not fixed.
-    assert a.locs[:, 0].std(dim=0).min() > 0.05
-    with pytest.raises(ValueError, match="no standard capacity"):
-        generate_cvrp(4, 33, seed=0)
-    assert torch.all(generate_cvrp(4, 33, seed=0, capacity=41.0).capacity == 41.0)
-    with pytest.raises(ValueError):
-        generate_cvrp(4, 20, seed=0, capacity=0.0)
-    with pytest.raises(ValueError):
-        generate_cvrp(0, 20, seed=0)
-
-
-# ------------------------------------------------------------------------------ envelope
 def test_envelope_seeding() -> None:
     a = generate_cvrptw_envelope(32, 20, seed=11)
     b = generate_cvrptw_envelope(32, 20, seed=11)
     c = generate_cvrptw_envelope(32, 20, seed=12)
-    assert _same(a, b)
+    assert same_tensors(a, b)
     assert not torch.equal(a.locs, c.locs)
     assert not torch.equal(a.time_windows, c.time_windows)
     for f in _FIELDS:
@@ -288,7 +238,7 @@ def test_float32_nudge_repairs_late_customers() -> None:
     # H = 100: customer 1 must start by 100 - 10 - 40 = 50 but opens at 55; customer 2's
     # window closes at 30 before the arrival at 40.
     windows = np.array([[[0.0, 100.0], [55.0, 70.0], [0.0, 30.0]]], dtype=np.float32)
-    nudged = _nudge_float32_feasible(locs, windows, service, alpha)
+    nudged = nudge_float32_feasible(locs, windows, service, alpha)
     assert nudged.tolist() == [2]
     inst = Instance.from_arrays(
         "cvrptw", locs, time_windows=windows, service_time=service, travel_time_scale=alpha
@@ -313,7 +263,7 @@ def test_envelope_matches_reference_distribution() -> None:
       ``<= v``, divided by sqrt(4000). The conservative ``n_eff = 4000`` bound
       ``sqrt(q (1 - q) / 4000)`` was tried first. It is 3-5x wider than the actual sampling
       error here and let a real 0.008 gap in the window-position tails pass (the
-      random-phase reading, see the generator's module docstring), so the exact clustered
+      random-phase reading, see docs/envelope-generator.md), so the exact clustered
       error is used instead.
     * Atoms (window start 0, width ratio 1): pass if ``q`` lies in ``[F(v-), F(v)]``
       widened by the tolerance. Values within a relative 1e-5 of ``v`` count as ``v``,
@@ -398,78 +348,3 @@ def test_envelope_matches_reference_distribution() -> None:
     within = bool(np.all(locs >= 0) and np.all(locs <= grid[:, None, None]))
     assert within == golden["coords_within_0_S"]
     assert not failures, "\n".join(failures) + f"\nworst deviations: {worst}"
-
-
-# ------------------------------------------------------------------------------ truncation
-def _solomon_like(num_customers: int = 100) -> Instance:
-    rng = np.random.default_rng(0)
-    n = num_customers
-    locs = np.concatenate([[[40.0, 50.0]], rng.integers(0, 101, size=(n, 2))]).astype(np.float64)
-    demand = np.concatenate([[0.0], rng.integers(1, 41, size=n)])
-    ready = rng.integers(0, 1000, size=n).astype(np.float64)
-    windows = np.concatenate([[[0.0, 1236.0]], np.stack([ready, ready + 60.0], axis=1)])
-    service = np.concatenate([[0.0], np.full(n, 90.0)])
-    return Instance.from_arrays(
-        "cvrptw",
-        locs,
-        demand=demand,
-        capacity=200.0,
-        time_windows=windows,
-        service_time=service,
-        grid_size=100.0,
-        names=["C1xx"],
-    )
-
-
-def _check_truncation(full: Instance, cut: Instance, k: int) -> None:
-    assert cut.num_customers == k and cut.num_nodes == k + 1
-    assert cut.problem == full.problem and cut.names == full.names
-    for f in ("locs", "demand", "time_windows", "service_time"):
-        assert torch.equal(getattr(cut, f), getattr(full, f)[:, : k + 1]), f
-    for f in ("capacity", "travel_time_scale", "grid_size"):
-        assert torch.equal(getattr(cut, f), getattr(full, f)), f
-    assert torch.equal(cut.time_windows[:, 0], full.time_windows[:, 0])
-
-
-def test_truncate_customers_solomon_like() -> None:
-    full = _solomon_like()
-    cut = truncate_customers(full, 50)
-    _check_truncation(full, cut, 50)
-    assert cut.locs.dtype == full.locs.dtype
-    # A copy: editing the cut leaves the source untouched.
-    cut.locs[0, 1, 0] = -1.0
-    assert full.locs[0, 1, 0] != -1.0
-    assert truncate_customers(full, 100).num_customers == 100
-    with pytest.raises(ValueError):
-        truncate_customers(full, 101)
-    with pytest.raises(ValueError):
-        truncate_customers(full, 0)
-    tsp = generate_tsp(3, 20, seed=0)
-    assert torch.equal(truncate_customers(tsp, 5).locs, tsp.locs[:, :5])
-    batch = generate_cvrptw_envelope(4, 60, seed=0)
-    _check_truncation(batch, truncate_customers(batch, 50), 50)
-
-
-def test_truncate_customers_real_solomon(data_dir) -> None:
-    read_solomon = getattr(instances_module, "read_solomon", None)
-    if read_solomon is None:
-        pytest.skip("linc_core.instances.read_solomon is not available")
-    path = data_dir / "solomon100" / "C101.txt"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    full = read_solomon(path)
-    cut = truncate_customers(full, 50)
-    _check_truncation(full, cut, 50)
-    assert cut.names == ("C101",)
-    assert float(cut.time_windows[0, 0, 1]) == 1236.0
-    assert float(cut.capacity[0]) == 200.0
-    assert torch.all(cut.service_time[0, 1:] == 90.0)
-    # Customer 50 matches the file's own row (id x y demand ready due service).
-    row = next(
-        [float(v) for v in line.split()]
-        for line in path.read_text().splitlines()
-        if line.split()[:1] == ["50"] and len(line.split()) == 7
-    )
-    assert cut.locs[0, 50].tolist() == row[1:3]
-    assert float(cut.demand[0, 50]) == row[3]
-    assert cut.time_windows[0, 50].tolist() == row[4:6]

@@ -1,0 +1,128 @@
+"""Reporting: per-instance rows as CSV and Parquet, a paper-shaped markdown table, route plots.
+
+Every function returns bytes or text; writing them (atomically) is the caller's job.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from linc_core.evaluate.scoring import EvalRow
+from linc_core.instances import Instance
+
+
+def rows_csv(rows: Sequence[EvalRow]) -> bytes:
+    buffer = io.StringIO()
+    names = list(EvalRow.__dataclass_fields__)
+    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(asdict(row))
+    return buffer.getvalue().encode()
+
+
+def rows_parquet(rows: Sequence[EvalRow]) -> bytes:
+    table = pa.Table.from_pylist([asdict(r) for r in rows])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def format_seconds(seconds: float) -> str:
+    """The paper's time style: ``0.9s``, ``6s``, ``2m``, ``1h``."""
+    if not math.isfinite(seconds):
+        return "--"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _pct(value: float) -> str:
+    return f"{value:.2f}%" if math.isfinite(value) else "--"
+
+
+def _obj(value: float, convention: str) -> str:
+    if not math.isfinite(value):
+        return "--"
+    return f"{value:.1f}" if convention in ("dimacs", "tsplib", "cvrplib") else f"{value:.3f}"
+
+
+def markdown_table(
+    set_name: str,
+    convention: str,
+    summaries: Sequence[tuple[str, dict]],
+    pyvrp_row: tuple[str, float, float] | None = None,
+) -> str:
+    """A paper-shaped table: Method | Obj. | Gap | Time (plus Gap vs PyVRP and errors).
+
+    Obj. is the mean cost over feasible instances under ``convention``; Gap is the mean
+    per-instance gap to the BKS (aggregate gap in the notes). ``pyvrp_row`` is PyVRP's own
+    row: ``(label, mean cost, seconds)``.
+    """
+    lines = [
+        f"**{set_name}** ({convention} costs)",
+        "",
+        "| Method | Obj. | Gap | Gap vs PyVRP | Time | Errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    first = summaries[0][1] if summaries else {}
+    if first and math.isfinite(first.get("mean_bks", math.nan)):
+        lines.append(f"| BKS | {_obj(first['mean_bks'], convention)} | -- | -- | -- | -- |")
+    if pyvrp_row is not None:
+        label, mean_cost, seconds = pyvrp_row
+        obj, time_text = _obj(mean_cost, convention), format_seconds(seconds)
+        lines.append(f"| {label} | {obj} | -- | -- | {time_text} | -- |")
+    for method, s in summaries:
+        lines.append(
+            f"| {method} | {_obj(s['mean_cost'], convention)} | {_pct(s['mean_gap_pct'])} | "
+            f"{_pct(s['mean_pyvrp_gap_pct'])} | {format_seconds(s['seconds'])} | "
+            f"{s['errors']}/{s['instances']} |"
+        )
+    for method, s in summaries:
+        lines.append("")
+        lines.append(
+            f"{method}: {s['feasible']}/{s['instances']} feasible; mean gap "
+            f"{_pct(s['mean_gap_pct'])}, aggregate gap {_pct(s['aggregate_gap_pct'])} vs BKS "
+            f"({s['instances_with_bks']} instances); vs PyVRP mean "
+            f"{_pct(s['mean_pyvrp_gap_pct'])}, aggregate "
+            f"{_pct(s['aggregate_pyvrp_gap_pct'])} ({s['instances_with_pyvrp']}); "
+            f"{s['rollouts']} rollouts, {s['rollouts_per_second']:.0f} rollouts/s."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: str) -> bytes:
+    """PNG bytes of one solution: depot square, customers, one colour per route."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    locs = instance.locs[0].detach().cpu().double().numpy()
+    figure = Figure(figsize=(6, 6), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    cmap = matplotlib.colormaps["tab20"]
+    for r, route in enumerate(solution):
+        path = [*route, route[0]] if instance.problem == "tsp" else [0, *route, 0]
+        xy = locs[path]
+        axes.plot(xy[:, 0], xy[:, 1], "-", color=cmap(r % 20), linewidth=1.2)
+    start = 1 if instance.has_depot else 0
+    axes.scatter(locs[start:, 0], locs[start:, 1], s=10, color="black", zorder=3)
+    if instance.has_depot:
+        axes.scatter(locs[:1, 0], locs[:1, 1], s=80, marker="s", color="red", zorder=4)
+    axes.set_title(title, fontsize=9)
+    axes.set_aspect("equal")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()

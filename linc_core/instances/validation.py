@@ -1,0 +1,143 @@
+"""Data checks every instance source runs: finite data, loads within capacity, windows that
+let each customer be served on a route of its own.
+
+Errors are :class:`~linc_core.instances.batch.InstanceError`: one line naming the source (file),
+the field (e.g. ``demand[7]``) and its value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from linc_core.instances.batch import Instance, InstanceError
+
+# Relative slack used by the "servable alone" check, for float noise only (same rule as the
+# verifier documents; kept separate so the two modules share no code).
+_FEASIBILITY_TOLERANCE = 1e-9
+
+
+def _plain(value: float) -> float | int:
+    """Show integral floats as ints in error messages (``-10`` rather than ``-10.0``)."""
+    as_float = float(value)
+    return int(as_float) if as_float.is_integer() else as_float
+
+
+def _exceeds(value: float, limit: float) -> bool:
+    return value > limit + _FEASIBILITY_TOLERANCE * max(1.0, abs(limit))
+
+
+def validate_instance(instance: Instance, source: str) -> None:
+    """Check an instance's data, raising on the first problem found.
+
+    Checks, per batch row: finite coordinates; for CVRP/CVRPTW a finite positive capacity, no
+    negative demand, a zero depot demand and no demand above capacity; for CVRPTW also finite
+    non-negative service times, ``ready <= due`` for every node, and that each customer ``k``
+    can be served on a route of its own using exact float distances:
+    ``arrival = d(0, k) x alpha <= due_k`` and
+    ``max(arrival, ready_k) + service_k + d(k, 0) x alpha <= due_0``.
+    Exact distances are never shorter than the DIMACS truncated ones, so a customer that
+    passes here is servable under every convention the verifier knows.
+
+    Args:
+        instance: the batch to check (any B).
+        source: where it came from (usually the file path), named in every error.
+
+    Raises:
+        InstanceError: naming ``source``, the field (e.g. ``demand[7]``) and its value.
+    """
+    for row in range(instance.batch_size):
+        label = source
+        if instance.batch_size > 1:
+            name = instance.names[row] if instance.names is not None else str(row)
+            label = f"{source} (row {row}: {name})"
+        _validate_row(instance, row, label)
+
+
+def _first_index(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def _validate_row(instance: Instance, row: int, source: str) -> None:
+    def arr(name: str) -> np.ndarray:
+        return getattr(instance, name)[row].detach().cpu().to(torch.float64).numpy()
+
+    locs = arr("locs")
+    bad = _first_index(~np.isfinite(locs).all(axis=1))
+    if bad is not None:
+        raise InstanceError(source, f"locs[{bad}]", locs[bad].tolist(), "non-finite coordinate")
+    if instance.problem == "tsp":
+        return
+
+    capacity = float(arr("capacity"))
+    if not (np.isfinite(capacity) and capacity > 0):
+        raise InstanceError(source, "capacity", _plain(capacity), "must be finite and positive")
+    demand = arr("demand")
+    bad = _first_index(~np.isfinite(demand) | (demand < 0))
+    if bad is not None:
+        raise InstanceError(
+            source, f"demand[{bad}]", _plain(demand[bad]), "negative or non-finite demand"
+        )
+    if demand[0] != 0:
+        raise InstanceError(source, "demand[0]", _plain(demand[0]), "the depot's demand must be 0")
+    bad = _first_index(demand > capacity)
+    if bad is not None:
+        raise InstanceError(
+            source,
+            f"demand[{bad}]",
+            _plain(demand[bad]),
+            f"exceeds the vehicle capacity {_plain(capacity)}: no route can serve this customer",
+        )
+    if instance.problem == "cvrptw":
+        _validate_time_windows(instance, row, source, locs)
+
+
+def _validate_time_windows(instance: Instance, row: int, source: str, locs: np.ndarray) -> None:
+    windows = instance.time_windows[row].detach().cpu().to(torch.float64).numpy()
+    service = instance.service_time[row].detach().cpu().to(torch.float64).numpy()
+    alpha = float(instance.travel_time_scale[row])
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise InstanceError(source, "travel_time_scale", alpha, "must be finite and positive")
+    bad = _first_index(~np.isfinite(service) | (service < 0))
+    if bad is not None:
+        raise InstanceError(
+            source,
+            f"service_time[{bad}]",
+            _plain(service[bad]),
+            "negative or non-finite service time",
+        )
+    ready, due = windows[:, 0], windows[:, 1]
+    bad = _first_index(np.isnan(windows).any(axis=1) | (ready > due))
+    if bad is not None:
+        raise InstanceError(
+            source,
+            f"time_windows[{bad}]",
+            [_plain(ready[bad]), _plain(due[bad])],
+            "ready time is after the due time",
+        )
+    # Exact Euclidean depot<->customer travel times, computed here on purpose (no shared
+    # distance code with the environments or the verifier).
+    to_customer = np.hypot(*(locs[1:] - locs[0]).T) * alpha
+    horizon = float(due[0])
+    for customer in range(1, locs.shape[0]):
+        travel = float(to_customer[customer - 1])
+        arrival = travel
+        window = [_plain(ready[customer]), _plain(due[customer])]
+        if _exceeds(arrival, float(due[customer])):
+            raise InstanceError(
+                source,
+                f"time_windows[{customer}]",
+                window,
+                f"customer {customer} cannot be served even alone: earliest arrival "
+                f"{arrival:.4f} from the depot is after its due time",
+            )
+        back = max(arrival, float(ready[customer])) + float(service[customer]) + travel
+        if _exceeds(back, horizon):
+            raise InstanceError(
+                source,
+                f"time_windows[{customer}]",
+                window,
+                f"customer {customer} cannot be served even alone: earliest return to the "
+                f"depot {back:.4f} is after the depot due time {_plain(horizon)}",
+            )

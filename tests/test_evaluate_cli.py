@@ -1,0 +1,72 @@
+"""``linc-eval``: a malformed file is named and the rest evaluated; every output is written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from linc_core.config import TrainConfig
+from linc_core.evaluate import load_benchmark, main
+from linc_core.train.checkpoint import build_payload, save_checkpoint
+from tests.test_decode import tiny_policy
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _tiny_checkpoint(path):
+    policy = tiny_policy()
+    payload = build_payload(
+        model_config=policy.config,
+        train_config=TrainConfig(),
+        model_state=policy.state_dict(),
+        optimizer_state=None,
+        epoch=0,
+        global_step=0,
+        history=[],
+        data_id="test",
+    )
+    return save_checkpoint(path, payload)
+
+
+def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("C101", "R101", "RC101"):
+        shutil.copy(data_dir / "solomon100" / f"{name}.txt", folder / f"{name}.txt")
+    broken = (folder / "R101.txt").read_text().splitlines()
+    broken[15] = broken[15].replace(broken[15].split()[1], "x1y", 1)  # a coordinate
+    (folder / "R101.txt").write_text("\n".join(broken) + "\n")
+
+    loaded = load_benchmark(str(folder))
+    assert [i.names[0] for i in loaded.instances] == ["C101", "RC101"]
+    assert [name for name, _ in loaded.errors] == ["R101.txt"]
+
+    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--checkpoint", str(checkpoint), "--benchmark", str(folder), "--decode", "greedy",
+            "--z", "2", "--aug", "1", "--out", str(out), "--plot", "1", "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 1  # an error row exists
+    with (out / "rows.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["instance"] for r in rows] == ["C101", "RC101", "R101.txt"]
+    assert rows[2]["feasible"] == "False" and "R101.txt" in rows[2]["error"]
+    assert "x1y" in rows[2]["error"]
+    for row in rows[:2]:
+        assert row["feasible"] == "True" and row["error"] == ""
+        assert float(row["cost"]) > 0
+    table = pq.read_table(out / "rows.parquet").to_pylist()
+    assert [r["instance"] for r in table] == ["C101", "RC101", "R101.txt"]
+    assert table[0]["cost"] == pytest.approx(float(rows[0]["cost"]), rel=1e-12)
+    markdown = (out / "table.md").read_text()
+    assert "| Method | Obj. | Gap |" in markdown and "1/3" in markdown
+    assert (out / "plots" / "C101.png").read_bytes().startswith(PNG_MAGIC)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["errors"] == 1 and summary["feasible"] == 2

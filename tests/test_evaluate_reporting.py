@@ -1,0 +1,44 @@
+"""Reporting: the paper's time style and the markdown table's numbers and wording."""
+
+from __future__ import annotations
+
+from linc_core.evaluate import format_seconds, markdown_table
+
+
+def test_times_print_like_the_paper():
+    assert [format_seconds(s) for s in (0.9, 6.2, 24.4, 150, 5400)] == [
+        "0.9s",
+        "6.2s",
+        "24s",
+        "2m",
+        "1.5h",
+    ]
+
+
+def test_markdown_table_rows_and_notes_give_the_summary_numbers():
+    summary = {
+        "mean_cost": 830.25,
+        "mean_bks": 827.3,
+        "mean_gap_pct": 0.5,
+        "aggregate_gap_pct": 0.25,
+        "instances_with_bks": 2,
+        "mean_pyvrp_gap_pct": -1.0,
+        "aggregate_pyvrp_gap_pct": -1.5,
+        "instances_with_pyvrp": 1,
+        "seconds": 150.0,
+        "errors": 1,
+        "instances": 3,
+        "feasible": 2,
+        "rollouts": 600,
+        "rollouts_per_second": 4.0,
+    }
+    table = markdown_table("solomon100", "dimacs", [("LINC", summary)], ("PyVRP (1s)", 838.0, 3.0))
+    lines = table.splitlines()
+    assert lines[0] == "**solomon100** (dimacs costs)"
+    assert lines[4] == "| BKS | 827.3 | -- | -- | -- | -- |"
+    assert lines[5] == "| PyVRP (1s) | 838.0 | -- | -- | 3.0s | -- |"
+    assert lines[6] == "| LINC | 830.2 | 0.50% | -1.00% | 2m | 1/3 |"
+    assert lines[8] == (
+        "LINC: 2/3 feasible; mean gap 0.50%, aggregate gap 0.25% vs BKS (2 instances); "
+        "vs PyVRP mean -1.00%, aggregate -1.50% (1); 600 rollouts, 4 rollouts/s."
+    )
