@@ -1,14 +1,24 @@
-"""Self-describing checkpoints, written atomically.
+"""Self-describing, verified checkpoints, written atomically.
 
 A checkpoint holds the model and training configs (so it can be rebuilt with no other input),
 model and optimiser state, the position in training (epoch, global step), the metric history,
 the code version (git commit when available) and the id of the training data. Files are written
 to a temporary name in the same folder and renamed, so a crash never leaves a torn checkpoint.
+
+Beside each checkpoint ``NAME`` a small manifest ``NAME.json`` (written last) records the file's
+size, its SHA-256 and its position in training. A copy that lost bytes on the way (a full disk,
+an interrupted upload or download) is caught before ``torch.load`` sees it:
+:func:`verify_checkpoint` and :func:`load_checkpoint` raise :class:`CheckpointError` naming the
+file and saying whether it is truncated or corrupt. A checkpoint without a manifest (written by
+an older linc) loads unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +31,12 @@ from linc_core.config import ModelConfig, TrainConfig, to_dict
 from linc_core.typed import build
 
 FORMAT_VERSION = 1
+MANIFEST_SUFFIX = ".json"
+_CHUNK = 1 << 20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: truncated, corrupt or unreadable (names the file)."""
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -35,9 +51,78 @@ def git_commit(path: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def manifest_path(path: str | os.PathLike[str]) -> Path:
+    """The manifest beside checkpoint ``path`` (``latest.pt`` -> ``latest.pt.json``)."""
+    path = Path(path)
+    return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Atomically write ``payload`` (temp file in the same folder, fsync, then rename)."""
-    return Path(write_atomic(path, writer=lambda out: torch.save(payload, out), fsync=True))
+    """Atomically write ``payload`` (temp file in the same folder, fsync, then rename), then its
+    manifest (size, SHA-256, position in training) beside it, also atomically."""
+    path = Path(write_atomic(path, writer=lambda out: torch.save(payload, out), fsync=True))
+    manifest = {
+        "bytes": path.stat().st_size,
+        "sha256": _sha256(path),
+        "epoch": payload.get("epoch"),
+        "global_step": payload.get("global_step"),
+        "batch_in_epoch": payload.get("batch_in_epoch", 0),
+    }
+    write_atomic(manifest_path(path), json.dumps(manifest).encode(), fsync=True)
+    return path
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The manifest of checkpoint ``path``, or None when it has none (or it is unreadable)."""
+    try:
+        manifest = json.loads(manifest_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not {"bytes", "sha256"} <= set(manifest):
+        return None
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike[str], *, name: str | None = None) -> None:
+    """Check ``path`` against its manifest; a checkpoint without one passes.
+
+    Args:
+        path: the checkpoint file.
+        name: how errors name it (e.g. its storage path when ``path`` is a local copy).
+
+    Raises:
+        CheckpointError: the file is missing, shorter or longer than recorded (truncated), or
+            its SHA-256 differs (corrupt).
+    """
+    name = name or str(path)
+    manifest = read_manifest(path)
+    if manifest is None:
+        return
+    try:
+        size = Path(path).stat().st_size
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {name}: missing ({err.strerror})") from None
+    if size != manifest["bytes"]:
+        raise CheckpointError(f"checkpoint {name}: truncated ({size} of {manifest['bytes']} bytes)")
+    if _sha256(path) != manifest["sha256"]:
+        raise CheckpointError(f"checkpoint {name}: corrupt (SHA-256 differs from its manifest)")
+
+
+def copy_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Copy a checkpoint and its manifest (the manifest last, so a torn copy is caught)."""
+    target = Path(target)
+    shutil.copyfile(source, target)
+    if manifest_path(source).exists():
+        shutil.copyfile(manifest_path(source), manifest_path(target))
+    return target
+
+
+def _sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def build_payload(
@@ -50,7 +135,14 @@ def build_payload(
     global_step: int,
     history: list[dict[str, Any]],
     data_id: str | None,
+    partial_epoch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The checkpoint of a run after ``epoch`` whole epochs (``global_step`` steps).
+
+    ``partial_epoch`` (a run stopped inside an epoch): ``{"batches": n, "steps": [...],
+    "seconds": s}``, the first n batches of epoch ``epoch + 1`` and their step metrics, so a
+    resumed run continues with batch n and reports the whole epoch.
+    """
     return {
         "format_version": FORMAT_VERSION,
         "linc_version": __version__,
@@ -64,14 +156,31 @@ def build_payload(
         "history": history,
         "data_id": data_id,
         "rng_state": torch.get_rng_state(),
+        "batch_in_epoch": partial_epoch["batches"] if partial_epoch else 0,
+        "partial_epoch": partial_epoch,
     }
 
 
 def load_checkpoint(
-    path: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+    path: str | os.PathLike[str],
+    map_location: str | torch.device = "cpu",
+    *,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """Read a checkpoint and rebuild its configs (``model_config``/``train_config`` objects)."""
-    payload = torch.load(Path(path), map_location=map_location, weights_only=False)
+    """Verify and read a checkpoint and rebuild its configs (``model_config``/``train_config``).
+
+    Raises:
+        CheckpointError: the file fails :func:`verify_checkpoint` or ``torch.load`` (named as
+            ``name``, default ``path``).
+    """
+    verify_checkpoint(path, name=name)
+    try:
+        payload = torch.load(Path(path), map_location=map_location, weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError) as err:
+        reason = " ".join(str(err).split())[:200]
+        raise CheckpointError(
+            f"checkpoint {name or path}: unreadable, truncated or corrupt ({reason})"
+        ) from None
     if payload.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{path}: field 'format_version' = {payload.get('format_version')!r}: "
@@ -84,3 +193,17 @@ def load_checkpoint(
     payload["model_config"] = build(ModelConfig, payload["model_config"], f"{path}: model_config")
     payload["train_config"] = build(TrainConfig, train, f"{path}: train_config")
     return payload
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "build_payload",
+    "copy_checkpoint",
+    "git_commit",
+    "load_checkpoint",
+    "manifest_path",
+    "read_manifest",
+    "save_checkpoint",
+    "verify_checkpoint",
+]

@@ -16,13 +16,19 @@ true ``all_ranks`` attribute (e.g. a reporter that must be called on every worke
 rank calls with the same (global) metrics; ``on_checkpoint`` fires only where a checkpoint was
 written. Validation is decoded on every rank (identical parameters, identical result), which
 keeps the ranks in step without a broadcast. The wall-clock budget is agreed across ranks.
+
+Stopping inside an epoch (``stop``, e.g. a preemption notice): after the step during which
+``stop()`` turned true, ``fit`` writes ``latest.pt`` with the batches done so far of the current
+epoch and returns with ``FitResult.stopped_by_request``; resuming from that checkpoint continues
+with the next batch and is bit-identical to a run that never stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -93,6 +99,7 @@ class FitResult:
     global_step: int = 0
     last_checkpoint: Path | None = None
     stopped_early: bool = False
+    stopped_by_request: bool = False
 
 
 def validation_decoding(config: TrainConfig) -> DecodeConfig:
@@ -122,6 +129,7 @@ def fit(
     data_id: str | None = None,
     morph_from: LincPolicy | None = None,
     world: World = SINGLE,
+    stop: Callable[[], bool] | None = None,
 ) -> FitResult:
     """Train ``policy`` for ``config.epochs`` epochs (or until a time/step budget).
 
@@ -141,7 +149,11 @@ def fit(
         world: data-parallel workers (default: one process). Every rank calls ``fit`` with the
             same arguments; batches must divide by ``world.size``; rank 0 alone writes the
             checkpoint and runs callbacks (see the module docstring).
+        stop: asked after every step; when it returns True, ``fit`` checkpoints the position
+            inside the epoch and returns (see the module docstring). Single process only.
     """
+    if stop is not None and world.size > 1:
+        raise ValueError("fit: stop is for single-process runs (world.size == 1)")
     device = torch.device(config.device)
     policy.to(device)
     optimizer = torch.optim.Adam(
@@ -150,7 +162,7 @@ def fit(
     use_amp = config.amp and device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda") if use_amp else None
     result = FitResult(policy=policy)
-    start_epoch = 0
+    start_epoch, partial = 0, None
     if resume_from is not None:
         payload = load_checkpoint(resume_from, map_location=device)
         policy.load_state_dict(payload["model_state"])
@@ -159,6 +171,7 @@ def fit(
         start_epoch = payload["epoch"]
         result.global_step = payload["global_step"]
         result.history = list(payload["history"])
+        partial = payload.get("partial_epoch")
     broadcast_module_(policy, world)
     if not world.is_main:
         callbacks = [c for c in callbacks if getattr(c, "all_ranks", False)]
@@ -171,7 +184,12 @@ def fit(
     for epoch in range(start_epoch, config.epochs):
         epoch_start = time.perf_counter()
         step_metrics: list[StepMetrics] = []
-        for index in range(data.batches_per_epoch):
+        first_batch = 0
+        if partial is not None:  # resumed inside this epoch
+            step_metrics = [StepMetrics(**m) for m in partial["steps"]]
+            first_batch, epoch_start = partial["batches"], epoch_start - partial["seconds"]
+            partial = None
+        for index in range(first_batch, data.batches_per_epoch):
             instance = data.batch(epoch, index).to(device)
             progress = training_progress(result.global_step, total_batches)
             generator = torch_generator(
@@ -197,6 +215,18 @@ def fit(
                 callback.on_step(result.global_step, metrics)
             if max_steps is not None and result.global_step >= max_steps:
                 break
+            if stop is not None and index + 1 < data.batches_per_epoch and stop():
+                if checkpoint_dir is not None:
+                    done = {
+                        "batches": index + 1,
+                        "steps": [dataclasses.asdict(m) for m in step_metrics],
+                        "seconds": time.perf_counter() - epoch_start,
+                    }
+                    result.last_checkpoint = _save(
+                        checkpoint_dir, policy, optimizer, config, result, epoch, data_id, done
+                    )
+                result.stopped_early = result.stopped_by_request = True
+                return result
         record: dict[str, Any] = {
             "epoch": epoch + 1,
             "global_step": result.global_step,
@@ -214,17 +244,7 @@ def fit(
         for callback in callbacks:
             callback.on_epoch(epoch, record)
         if checkpoint_dir is not None and world.is_main:
-            payload = build_payload(
-                model_config=policy.config,
-                train_config=config,
-                model_state=policy.state_dict(),
-                optimizer_state=optimizer.state_dict(),
-                epoch=epoch + 1,
-                global_step=result.global_step,
-                history=result.history,
-                data_id=data_id,
-            )
-            path = save_checkpoint(Path(checkpoint_dir) / "latest.pt", payload)
+            path = _save(checkpoint_dir, policy, optimizer, config, result, epoch + 1, data_id)
             result.last_checkpoint = path
             for callback in callbacks:
                 callback.on_checkpoint(epoch, path)
@@ -233,10 +253,37 @@ def fit(
             # Ranks' clocks differ: stop together or the others wait forever in an all-reduce.
             out_of_time = agree_any(out_of_time, world, device)
         out_of_steps = max_steps is not None and result.global_step >= max_steps
-        if out_of_time or out_of_steps:
+        requested = stop is not None and epoch + 1 < config.epochs and stop()
+        if out_of_time or out_of_steps or requested:
             result.stopped_early = epoch + 1 < config.epochs
+            result.stopped_by_request = requested
             break
     return result
+
+
+def _save(
+    checkpoint_dir: str | Path,
+    policy: LincPolicy,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    result: FitResult,
+    epochs_done: int,
+    data_id: str | None,
+    partial_epoch: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``checkpoint_dir/latest.pt`` (and its manifest) at the run's current position."""
+    payload = build_payload(
+        model_config=policy.config,
+        train_config=config,
+        model_state=policy.state_dict(),
+        optimizer_state=optimizer.state_dict(),
+        epoch=epochs_done,
+        global_step=result.global_step,
+        history=result.history,
+        data_id=data_id,
+        partial_epoch=partial_epoch,
+    )
+    return save_checkpoint(Path(checkpoint_dir) / "latest.pt", payload)
 
 
 def initial_policy(
