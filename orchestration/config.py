@@ -124,7 +124,9 @@ class TrackingSpec:
     (``orchestration.tracking.resolve_tracking_uri``).
 
     ``parent_run_id`` and ``sweep`` are filled in by the sweep driver: each trial's run is nested
-    under the sweep's parent run and tagged with the sweep's name.
+    under the sweep's parent run and tagged with the sweep's name. ``flush_timeout_s``: how long
+    a finished trial (or the driver) waits for an unreachable store to take its last records
+    (``orchestration.run_writer``); what is left stays in the trial's final checkpoint.
     """
 
     uri: str | None = None
@@ -132,10 +134,12 @@ class TrackingSpec:
     artifact_location: str | None = None
     parent_run_id: str | None = None
     sweep: str | None = None
+    flush_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         check_fields(self)
         require(bool(self.experiment), "experiment", self.experiment, "a name")
+        require(self.flush_timeout_s >= 0, "flush_timeout_s", self.flush_timeout_s, ">= 0")
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,14 @@ class ClusterSpec:
         reuse_actors: a finished trial's process runs the next trial (Tune's ``reuse_actors``),
             which skips a new process and its imports (torch, MLflow, Ray Tune: seconds) per
             trial of a sweep.
+        memory_per_trial_gb: the memory a trial reserves (Ray's ``memory`` resource), so that
+            Tune never starts more trials on a node than fit; null: the plan's estimate
+            (``orchestration.resources``).
+        pending_timeout_s: a trial that cannot be placed (no node has its resources) for this
+            long fails, naming what it waited for; null waits for ever (an autoscaler's nodes).
+        preemption_grace_s: after a SIGTERM, how long a trial's process may take to checkpoint
+            its current step before it ends (below the cluster's own grace period:
+            infra/README.md).
     """
 
     address: str | None = None
@@ -173,6 +185,9 @@ class ClusterSpec:
     storage: str = "runs"
     torch_threads: int = 1
     reuse_actors: bool = True
+    memory_per_trial_gb: float | None = None
+    pending_timeout_s: float | None = 600.0
+    preemption_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -186,6 +201,10 @@ class ClusterSpec:
         require(bool(self.storage), "storage", self.storage, "a folder or URI")
         for name, amount in self.custom_resources.items():
             require(amount > 0, f"custom_resources.{name}", amount, "> 0")
+        for key in ("memory_per_trial_gb", "pending_timeout_s"):
+            value = getattr(self, key)
+            require(value is None or value > 0, key, value, "> 0 or null")
+        require(self.preemption_grace_s >= 0, "preemption_grace_s", self.preemption_grace_s, ">= 0")
 
     @property
     def use_gpu(self) -> bool:
@@ -197,20 +216,6 @@ class ClusterSpec:
             return self.storage
         path = Path(self.storage).expanduser()
         return str(path if path.is_absolute() else (base or Path.cwd()) / path)
-
-    def trial_resources(self) -> dict[str, float]:
-        """Tune resources of one trial (a data-parallel trial's workers reserve their own)."""
-        if self.num_workers > 1:
-            # the workers reserve their own resources; Tune refuses an all-zero request
-            return {"cpu": 0.0, "memory": 1}
-        return {"cpu": self.cpus_per_trial, "gpu": self.gpus_per_trial} | self.custom_resources
-
-    def worker_resources(self) -> dict[str, float]:
-        """Ray resources of each data-parallel worker."""
-        resources = {"CPU": self.cpus_per_worker}
-        if self.gpus_per_worker:
-            resources["GPU"] = self.gpus_per_worker
-        return resources | self.custom_resources
 
 
 @dataclass(frozen=True)

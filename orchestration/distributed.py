@@ -68,11 +68,12 @@ from ray.util.queue import Empty, Queue
 
 from linc_core.plan import FilesystemOpener, RunPlan, data_id, training_data, validation_set
 from linc_core.runtime import tune_cpu_allocator
+from linc_core.train.checkpoint import CHECKPOINT_NAME as CHECKPOINT_FILE
+from linc_core.train.checkpoint import copy_checkpoint
 from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit, initial_policy
 from orchestration.datasets import open_filesystem as open_any_filesystem
 
-CHECKPOINT_FILE = "latest.pt"
 ABORT_WAIT_SECONDS = 60.0
 _DONE = "__linc_done__"
 
@@ -153,8 +154,7 @@ def _worker_loop(config: dict[str, Any]) -> None:
     restarted = train.get_checkpoint()
     if restarted is not None:
         with restarted.as_directory() as folder:
-            resume_from = work / "resume.pt"
-            resume_from.write_bytes((Path(folder) / CHECKPOINT_FILE).read_bytes())
+            resume_from = copy_checkpoint(Path(folder) / CHECKPOINT_FILE, work / "resume.pt")
     elif config["resume_ref"] is not None:
         resume_from = work / "resume.pt"
         resume_from.write_bytes(ray.get(config["resume_ref"]))

@@ -2,9 +2,12 @@
 
 Each sweep is one Tune experiment under ``cluster.storage/<name>`` and one MLflow parent run in
 ``tracking.experiment``; its trials are nested MLflow runs (see :mod:`orchestration.trainable`).
-Re-running the same command resumes an interrupted experiment: finished trials keep their
-results, unfinished and errored ones continue from their last checkpoint, and the parent run is
-re-opened (its id is kept in ``linc_sweep.json`` beside Tune's state).
+Before Ray starts, :func:`~orchestration.preflight.preflight` checks the storage, the data and
+the tracking store. Re-running the same command resumes an interrupted experiment: finished
+trials keep their results, unfinished and errored ones continue from their newest intact
+checkpoint, and the parent run is re-opened where it belongs (:mod:`orchestration.sweep_runs`).
+SIGTERM or SIGINT stops a sweep gracefully (:mod:`orchestration.preemption`): its runs end
+KILLED and :class:`SweepInterrupted` says how to resume.
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
+import pyarrow.fs as pafs
 from ray import tune
 
-from linc_core.atomic import write_atomic
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
 from orchestration.plan import TrialPlan
+from orchestration.preemption import SweepInterrupted, stop_sweep_on_signals
+from orchestration.preflight import PreflightError, preflight
 from orchestration.ray_session import init_ray
+from orchestration.resources import PendingTimeout, PendingTimeoutError, placement
+from orchestration.run_writer import RunWriter
+from orchestration.sweep_runs import finish_sweep, open_parent_run
 from orchestration.tables import ablation_table, aggregate_rows, search_table
-from orchestration.tracking import ensure_experiment
 from orchestration.trainable import train_linc
-
-SWEEP_FILE = "linc_sweep.json"
 
 
 @dataclass
@@ -43,50 +47,53 @@ class SweepResult:
 
 @dataclass
 class Experiment:
-    """A finished (or resumed) Tune experiment and the MLflow parent run of its sweep."""
+    """A finished (or resumed) Tune experiment and the MLflow parent run of its sweep.
+
+    ``parent`` is the one place the sweep's own params, metrics and artifacts are written
+    through (a :class:`~orchestration.run_writer.RunWriter`: it never raises).
+    """
 
     results: tune.ResultGrid
-    parent_run_id: str
+    parent: RunWriter
     path: str
     tracking_uri: str
+    experiment: str
+    flush_timeout_s: float
 
-    def client(self) -> mlflow.tracking.MlflowClient:
-        return mlflow.tracking.MlflowClient(tracking_uri=self.tracking_uri)
+    @property
+    def parent_run_id(self) -> str:
+        assert self.parent.run_id is not None
+        return self.parent.run_id
 
-    def finish(self, *, failed: bool) -> None:
-        self.client().set_terminated(self.parent_run_id, status="FAILED" if failed else "FINISHED")
+    def finish(self, *, failed: bool, stopped: bool = False) -> None:
+        """Settle the sweep's runs (see :func:`~orchestration.sweep_runs.finish_sweep`)."""
+        finish_sweep(
+            self.parent,
+            self.results,
+            experiment=self.experiment,
+            stopped=stopped,
+            failed=failed,
+            flush_timeout_s=self.flush_timeout_s,
+        )
 
 
-def _storage(config: PlatformConfig) -> tuple[str, Any]:
-    """(Tune ``storage_path``, ``storage_filesystem``) of the config's storage."""
-    storage = config.cluster.storage_path()
-    if "://" in storage:
-        filesystem, path = open_filesystem(storage)
-        return path, filesystem
-    Path(storage).mkdir(parents=True, exist_ok=True)
-    return storage, None
+@dataclass(frozen=True)
+class _Place:
+    """Where the Tune experiment lives: ``storage_filesystem`` (None: local) and paths in it."""
 
+    filesystem: Any
+    storage_path: str
+    experiment_path: str
 
-def _parent_run(plan: TrialPlan, sweep: dict[str, Any], sweep_file: Path | None) -> str:
-    """The sweep's MLflow parent run id: re-opened from ``sweep_file`` when resuming.
-
-    Its params are the sweep (``sweep.*``: name, kind and what it varies) and the effective
-    settings of the base trial, which every trial shares except what the sweep varies.
-    """
-    name = sweep["name"]
-    experiment_id = ensure_experiment(plan.tracking.uri, plan.tracking.experiment)
-    client = mlflow.tracking.MlflowClient(tracking_uri=plan.tracking.uri)
-    if sweep_file is not None and sweep_file.exists():
-        run_id = json.loads(sweep_file.read_text())["parent_run_id"]
-        client.update_run(run_id, status="RUNNING")
-        return run_id
-    run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
-    params = [mlflow.entities.Param(k, v) for k, v in plan.params(sweep=sweep).items()]
-    client.log_batch(run.info.run_id, params=params)  # one write (the client splits >100)
-    if sweep_file is not None:
-        record = {"parent_run_id": run.info.run_id, "name": name}
-        write_atomic(sweep_file, json.dumps(record).encode())
-    return run.info.run_id
+    @classmethod
+    def of(cls, config: PlatformConfig, name: str) -> _Place:
+        storage = config.cluster.storage_path()
+        filesystem = None
+        if "://" in storage:
+            filesystem, storage = open_filesystem(storage)
+        else:
+            Path(storage).mkdir(parents=True, exist_ok=True)
+        return cls(filesystem, storage, f"{storage.rstrip('/')}/{name}")
 
 
 def run_experiment(
@@ -100,56 +107,108 @@ def run_experiment(
     """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
 
     ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies.
+
+    Raises:
+        PreflightError: storage, data or tracking store unusable (before Ray starts).
+        SweepInterrupted: SIGTERM or SIGINT stopped the sweep (its runs are marked KILLED).
+        PendingTimeoutError: trials waited ``cluster.pending_timeout_s`` for a node.
     """
     name = sweep["name"]
-    init_ray(config.cluster.address, config.cluster.num_cpus)
+    preflight(config)
     plan = TrialPlan.from_config(config)  # the base trial: resolves the tracking store once
-    storage_path, filesystem = _storage(config)
-    experiment_path = f"{storage_path.rstrip('/')}/{name}"
-    local_sweep_file = Path(experiment_path) / SWEEP_FILE if filesystem is None else None
-    parent_run_id = _parent_run(plan, sweep, local_sweep_file)
-    param_space = _with_tracking(param_space, parent_run_id, name, plan.tracking.uri)
-    trainable = tune.with_resources(train_linc, config.cluster.trial_resources())
-    restorable = tune.Tuner.can_restore(experiment_path, storage_filesystem=filesystem)
-    if resume and restorable:
-        tuner = tune.Tuner.restore(
-            experiment_path,
-            trainable,
-            resume_errored=True,
-            param_space=param_space,
-            storage_filesystem=filesystem,
+    place = _Place.of(config, name)
+    fs = place.filesystem
+    restore = resume and tune.Tuner.can_restore(place.experiment_path, storage_filesystem=fs)
+    try:
+        parent = open_parent_run(
+            plan, sweep, fs or pafs.LocalFileSystem(), place.experiment_path, restore
         )
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune_config
-            or tune.TuneConfig(
-                max_concurrent_trials=config.cluster.max_concurrent_trials or None,
-                reuse_actors=config.cluster.reuse_actors,
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=storage_path,
-                storage_filesystem=filesystem,
-                failure_config=tune.FailureConfig(max_failures=config.cluster.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-                verbose=1,
-            ),
+    except Exception as err:  # the store answered the pre-flight, then stopped answering
+        reason = " ".join(str(err).split())[:200]
+        message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
+        raise PreflightError(f"{message} ({reason})") from None
+    init_ray(config.cluster.address, config.cluster.num_cpus)
+    # every trial logs to the driver's store, under this run's parent, wherever it began
+    tracking = dataclasses.replace(plan.tracking, parent_run_id=parent.run_id, sweep=name)
+    trainable = tune.with_resources(
+        tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage),
+        placement,  # per trial, from its own config: the memory its variant needs
+    )
+    experiment = Experiment(
+        None,
+        parent,
+        place.experiment_path,
+        plan.tracking.uri,
+        plan.tracking.experiment,
+        plan.tracking.flush_timeout_s,
+    )
+    with stop_sweep_on_signals() as stop:
+        try:
+            if restore:
+                tuner = tune.Tuner.restore(
+                    place.experiment_path,
+                    trainable,
+                    resume_errored=True,
+                    param_space=param_space,
+                    storage_filesystem=fs,
+                )
+            else:
+                tuner = _new_tuner(config, name, trainable, param_space, tune_config, place)
+            experiment.results = tuner.fit()
+        except KeyboardInterrupt:
+            stop.signal = stop.signal or "SIGINT"
+        except BaseException as err:
+            experiment.finish(failed=True)
+            cause = _cause(err, PendingTimeoutError)
+            if cause is not None:
+                raise cause from None
+            raise
+    if stop.signal is not None:
+        experiment.finish(failed=False, stopped=True)
+        raise SweepInterrupted(
+            f"{name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the same "
+            f"command to resume from each trial's newest checkpoint ({place.experiment_path})"
         )
-    results = tuner.fit()
-    return Experiment(results, parent_run_id, experiment_path, plan.tracking.uri)
+    return experiment
 
 
-def _with_tracking(
-    param_space: dict[str, Any], parent_run_id: str, sweep: str, tracking_uri: str
-) -> dict[str, Any]:
-    """Every trial logs to the driver's resolved store, nested under the sweep's parent run."""
-    space = dict(param_space)
-    tracking = dict(space.get("tracking") or {})
-    tracking.update(parent_run_id=parent_run_id, sweep=sweep, uri=tracking_uri)
-    space["tracking"] = tracking
-    return space
+def _cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+    while err is not None and not isinstance(err, kind):
+        err = err.__cause__ or err.__context__
+    return err
+
+
+def _new_tuner(
+    config: PlatformConfig,
+    name: str,
+    trainable: Any,
+    param_space: dict[str, Any],
+    tune_config: tune.TuneConfig | None,
+    place: _Place,
+) -> tune.Tuner:
+    cluster = config.cluster
+    callbacks = []
+    if cluster.pending_timeout_s is not None:
+        callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune_config
+        or tune.TuneConfig(
+            max_concurrent_trials=cluster.max_concurrent_trials or None,
+            reuse_actors=cluster.reuse_actors,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=place.storage_path,
+            storage_filesystem=place.filesystem,
+            failure_config=tune.FailureConfig(max_failures=cluster.max_failures),
+            # the last two: a trial whose newest checkpoint is damaged falls back to the other
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            callbacks=callbacks,
+            verbose=1,
+        ),
+    )
 
 
 def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
@@ -186,15 +245,15 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
     started = time.perf_counter()
     sweep = {"kind": "ablation"} | dataclasses.asdict(spec)
     experiment = run_experiment(config, sweep, param_space, resume=spec.resume)
-    results, parent, client = experiment.results, experiment.parent_run_id, experiment.client()
+    results, parent = experiment.results, experiment.parent
     rows = [_result_row(r) for r in results]
     table = ablation_table(rows, compare_to=spec.compare_to)
-    client.log_text(parent, table, "ablation_table.md")
-    client.log_text(parent, json.dumps(rows, indent=2), "ablation_rows.json")
-    client.log_metric(parent, "sweep_seconds", time.perf_counter() - started)
+    parent.log_text(table, "ablation_table.md")
+    parent.log_text(json.dumps(rows, indent=2), "ablation_rows.json")
+    parent.log_metric("sweep_seconds", time.perf_counter() - started)
     for row in aggregate_rows(rows, spec.compare_to):
         if row["gap_pct"] is not None:
-            client.log_metric(parent, f"gap_pct.{row['variant']}", row["gap_pct"])
+            parent.log_metric(f"gap_pct.{row['variant']}", row["gap_pct"])
     failed = bool(results.errors)
     experiment.finish(failed=failed)
     if failed:
@@ -251,14 +310,14 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     param_space = config.with_values(**search_space(spec))
     sweep = {"kind": "search"} | dataclasses.asdict(spec)
     experiment = run_experiment(config, sweep, param_space, resume=True, tune_config=tune_config)
-    results, parent, client = experiment.results, experiment.parent_run_id, experiment.client()
+    results, parent = experiment.results, experiment.parent
     best = results.get_best_result(metric=spec.metric, mode=spec.mode, scope="all")
     best_values = {key: _dotted_get(best.config, key) for key in spec.space}
     best_metric = _best_metric(best, spec.metric, spec.mode)
-    client.log_text(parent, json.dumps(best_values, indent=2), "best_config.json")
+    parent.log_text(json.dumps(best_values, indent=2), "best_config.json")
     for key, value in best_values.items():
-        client.set_tag(parent, f"best.{key}", str(value))
-    client.log_metric(parent, f"best_{spec.metric}", best_metric)
+        parent.set_tag(f"best.{key}", str(value))
+    parent.log_metric(f"best_{spec.metric}", best_metric)
     rows = [_result_row(r, tuple(spec.space)) for r in results]
     experiment.finish(failed=False)
     result = _sweep_result(spec.name, experiment, rows, search_table(rows, spec))
@@ -299,6 +358,7 @@ def _result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
 
 __all__ = [
     "Experiment",
+    "SweepInterrupted",
     "SweepResult",
     "run_ablation",
     "run_experiment",

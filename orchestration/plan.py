@@ -30,12 +30,14 @@ class TrackingPlan:
         experiment: the experiment's name.
         parent_run_id: the sweep's parent run, if the trial belongs to a sweep.
         sweep: the sweep's name (a tag of every trial run).
+        flush_timeout_s: how long the trial waits at its end for the store to take its records.
     """
 
     uri: str
     experiment: str
     parent_run_id: str | None = None
     sweep: str | None = None
+    flush_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,30 @@ class TrialPlan:
             config.tracking.experiment,
             config.tracking.parent_run_id,
             config.tracking.sweep,
+            config.tracking.flush_timeout_s,
         )
         return cls(config.run, tracking, config.cluster, config.fault)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> TrialPlan:
-        """Validate and resolve a trial's config (Tune's mapping)."""
-        return cls.from_config(PlatformConfig.from_mapping(values))
+    def from_mapping(
+        cls,
+        values: Mapping[str, Any],
+        tracking: TrackingPlan | None = None,
+        storage: str | None = None,
+    ) -> TrialPlan:
+        """Validate and resolve a trial's config (Tune's mapping).
+
+        ``tracking`` and ``storage`` (the sweep driver's, decided on every run of the sweep)
+        replace what the mapping says: a restored trial's mapping is the one it was first given,
+        which may name another store or folder (a moved sweep, a changed ``tracking.uri``).
+        """
+        config = PlatformConfig.from_mapping(values)
+        if storage is not None:
+            cluster = dataclasses.replace(config.cluster, storage=storage)
+            config = dataclasses.replace(config, cluster=cluster)
+        if tracking is None:
+            return cls.from_config(config)
+        return cls(config.run, tracking, config.cluster, config.fault)
 
     @property
     def run_name(self) -> str:

@@ -8,14 +8,22 @@ in a straight line:
 1. data: the plan's training batches (fresh generated ones, a Parquet data set from
    ``linc-generate`` whose manifest checksum identifies the data in checkpoints and MLflow, or
    the Solomon-50 set) and validation set;
-2. tracking: joins or creates its MLflow run with ``setup_mlflow`` (so logging works on every
-   node), nested under the sweep's parent run, with the plan's effective settings as params and
-   the variant, seed, git commit and data id as tags;
-3. policy and fit: trains, reporting every epoch's record to Tune together with a checkpoint
-   folder holding ``latest.pt`` and the MLflow run id; a retried or resumed trial restores both
-   and continues bit-identically (``fit`` derives every random stream from (seed, step));
-4. evaluation: the final policy on the plan's evaluation set; the per-instance rows and a route
-   plot are logged as artifacts and ``eval_cost`` is reported to Tune.
+2. restore: the newest intact checkpoint of the trial on its storage, verified
+   (:mod:`orchestration.trial_checkpoints`), with the tracking journal saved in it;
+3. tracking: every write goes through a :class:`~orchestration.run_writer.RunWriter`, which
+   never raises into training: the trial's MLflow run (found again by its trial id on a retry or
+   resume, else created) is nested under the sweep's parent run, with the plan's effective
+   settings as params, the variant, seed, git commit and data id as tags, and the node, process
+   and attempt refreshed on every attempt; a restored trial's epochs are logged exactly once;
+4. policy and fit: trains, reporting every epoch's record to Tune together with a checkpoint
+   folder holding ``latest.pt``, its manifest and the tracking journal; a retried or resumed
+   trial continues bit-identically (``fit`` derives every random stream from (seed, step)). A
+   SIGTERM to the trial's process checkpoints the current step first
+   (:mod:`orchestration.preemption`);
+5. evaluation: the final policy on the plan's evaluation set; the per-instance rows and a route
+   plot are logged as artifacts and ``eval_cost`` is reported to Tune. The run is then flushed
+   (``tracking.flush_timeout_s``); what the store did not take by then stays in the final
+   checkpoint's journal, which the sweep driver replays.
 
 Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 (:mod:`orchestration.distributed`).
@@ -23,7 +31,6 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -37,42 +44,63 @@ from ray import tune
 from linc_core.model import LincPolicy
 from linc_core.plan import data_id, evaluation_set, training_data, validation_set
 from linc_core.runtime import tune_cpu_allocator
-from linc_core.train.checkpoint import git_commit
+from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from orchestration.datasets import open_filesystem
 from orchestration.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
-from orchestration.plan import TrialPlan
-from orchestration.tracking import MLflowCallback, ensure_experiment
+from orchestration.plan import TrackingPlan, TrialPlan
+from orchestration.preemption import TrialGuard
+from orchestration.resources import worker_resources
+from orchestration.run_writer import RunWriter
+from orchestration.tracking import EPOCH_METRICS, MLflowCallback
+from orchestration.trial_checkpoints import (
+    PREEMPTED_PREFIX,
+    Restored,
+    TrialStorage,
+    next_attempt,
+    persist,
+    remove_preempted,
+    restore_newest_intact,
+)
 
-CHECKPOINT_FILE = "latest.pt"
-RUN_FILE = "mlflow_run.json"
 PARENT_RUN_TAG = "mlflow.parentRunId"
+TRIAL_TAG = "linc.trial_id"
 
 
 class InjectedFault(RuntimeError):
     """Raised by ``fault.fail_at_epoch`` to exercise Tune's retry-from-checkpoint path."""
 
 
+class TrialPreempted(RuntimeError):
+    """The trial's process was told to end; its current step is checkpointed on storage."""
+
+
 class TuneReportCallback(BaseCallback):
-    """After each epoch's checkpoint is written, report the epoch record and the folder to Tune."""
+    """After each epoch's checkpoint is written, save the tracking journal beside it and report
+    the epoch record and the folder to Tune (not once a stop is requested: the process is ending
+    and the trainable persists the checkpoint itself)."""
 
     def __init__(
         self,
         checkpoint_dir: Path,
-        extra_files: dict[str, str] | None = None,
+        writer: RunWriter | None = None,
         fail_at_epoch: int | None = None,
+        stopping: TrialGuard | None = None,
     ):
         self.checkpoint_dir = checkpoint_dir
-        self.extra_files = extra_files or {}
+        self.writer = writer
         self.fail_at_epoch = fail_at_epoch
+        self.stopping = stopping
         self._pending: dict[str, Any] | None = None
 
     def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
         self._pending = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
 
     def on_checkpoint(self, epoch: int, path: Path) -> None:
-        for name, text in self.extra_files.items():
-            (self.checkpoint_dir / name).write_text(text)
+        if self.stopping is not None and self.stopping.requested():
+            return
+        if self.writer is not None:
+            self.writer.save(self.checkpoint_dir)
         metrics = self._pending or {"epoch": epoch + 1}
         self._pending = None
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
@@ -80,56 +108,49 @@ class TuneReportCallback(BaseCallback):
             raise InjectedFault(f"fault.fail_at_epoch={self.fail_at_epoch}: failing on purpose")
 
 
-def _restore(work_dir: Path) -> tuple[Path | None, str | None]:
-    """Copy the latest Tune checkpoint (if any) into ``work_dir``: (latest.pt, MLflow run id)."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        return None, None
-    resume_from, run_id = None, None
-    with checkpoint.as_directory() as folder:
-        source = Path(folder)
-        if (source / CHECKPOINT_FILE).exists():
-            resume_from = work_dir / "resume.pt"
-            shutil.copy(source / CHECKPOINT_FILE, resume_from)
-        if (source / RUN_FILE).exists():
-            run_id = json.loads((source / RUN_FILE).read_text()).get("run_id")
-    return resume_from, run_id
-
-
-def _start_mlflow(plan: TrialPlan, run_id: str | None, data: str):
-    """The trial's MLflow module with its run active (an earlier attempt's run is re-opened)."""
-    import mlflow
-    from ray.air.integrations.mlflow import setup_mlflow
-
+def _start_tracking(
+    plan: TrialPlan, restored: Restored, data: str, attempt: int, work_dir: Path
+) -> RunWriter:
+    """The trial's run writer: the run is the restored journal's (same store and sweep), else
+    the one an earlier attempt created (found by trial id), else a new one."""
     tracking = plan.tracking
-    experiment_id = ensure_experiment(tracking.uri, tracking.experiment)
-    if run_id is not None:  # a retried or resumed trial keeps logging into its run
-        mlflow.set_tracking_uri(tracking.uri)
-        mlflow.start_run(run_id=run_id)
+    trial_id = tune.get_context().get_trial_id()
     tags = {
-        "ray_node": ray.get_runtime_context().get_node_id(),
-        "worker_pid": str(os.getpid()),  # equal across trials that reused one process
         "variant": plan.run.variant,
         "seed": str(plan.run.train.seed),
         "problem": plan.run.data.problem,
         "data_id": data,
         "git_commit": git_commit() or "unknown",
     }
-    if tracking.parent_run_id:
-        tags[PARENT_RUN_TAG] = tracking.parent_run_id
     if tracking.sweep:
         tags["sweep"] = tracking.sweep
-    return setup_mlflow(
-        tracking_uri=tracking.uri,
-        experiment_id=experiment_id,
-        run_name=plan.run_name,
-        tags=tags,
+    key = {TRIAL_TAG: trial_id}
+    if tracking.parent_run_id:
+        key[PARENT_RUN_TAG] = tracking.parent_run_id
+    writer = RunWriter(tracking.uri, spool=work_dir / "tracking-spool")
+    writer.start(tracking.experiment, plan.run_name, tags, key, journal=restored.folder)
+    writer.set_status("RUNNING")  # a retried trial's run was marked FAILED by the last attempt
+    # where this attempt runs: refreshed on every attempt (a lost node's retry runs elsewhere)
+    writer.set_tags(
+        tags
+        | {
+            "ray_node": ray.get_runtime_context().get_node_id(),
+            "worker_pid": str(os.getpid()),  # equal across trials that reused one process
+            "attempt": str(attempt),
+        }
     )
+    return writer
 
 
-def train_linc(trial_config: dict[str, Any]) -> None:
-    """Ray Tune function trainable: train one linc configuration, report every epoch."""
-    plan = TrialPlan.from_mapping(trial_config)
+def train_linc(
+    trial_config: dict[str, Any], tracking: TrackingPlan | None = None, storage: str | None = None
+) -> None:
+    """Ray Tune function trainable: train one linc configuration, report every epoch.
+
+    ``tracking`` and ``storage`` are the sweep driver's current store and Tune storage (passed
+    with ``tune.with_parameters``); they win over the trial's own, possibly older, mapping.
+    """
+    plan = TrialPlan.from_mapping(trial_config, tracking, storage)
     run = plan.run
     # A trial's process is Ray's, not linc-train's: give it the same allocator settings
     # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).
@@ -142,55 +163,95 @@ def train_linc(trial_config: dict[str, Any]) -> None:
     work_dir = Path(tempfile.mkdtemp(prefix="linc-trial-"))
     checkpoint_dir = work_dir / "checkpoint"
     checkpoint_dir.mkdir()
-    resume_from, run_id = _restore(work_dir)
-    mlflow = _start_mlflow(plan, run_id, data_name)
+    trial_storage = TrialStorage.current()
+    restored = restore_newest_intact(trial_storage, work_dir)
+    writer = _start_tracking(plan, restored, data_name, next_attempt(trial_storage), work_dir)
+    resume_from, history = None, []
+    if restored.checkpoint is not None:
+        resume_from = copy_checkpoint(restored.checkpoint, work_dir / "resume.pt")
+        history = load_checkpoint(resume_from)["history"]
     try:
-        active = mlflow.active_run()
-        if run_id is None:
-            mlflow.log_params(plan.params(data_name))
-            mlflow.log_dict(plan.settings(), "plan.json")  # what the trial ran
-            mlflow.log_dict(trial_config, "config.json")  # what it was given
-        run_file = json.dumps({"run_id": active.info.run_id})
+        if resume_from is None:
+            writer.log_dict(plan.settings(), "plan.json")  # what the trial ran
+            writer.log_dict(trial_config, "config.json")  # what it was given
+        writer.log_params(plan.params(data_name))  # the same values on every attempt
+        writer.log_history(history, EPOCH_METRICS)  # what the checkpoint saw (exactly once)
         fail_at = plan.fault.fail_at_epoch if resume_from is None else None
-        callbacks = [
-            MLflowCallback(mlflow),
-            TuneReportCallback(checkpoint_dir, {RUN_FILE: run_file}, fail_at_epoch=fail_at),
-        ]
         policy = initial_policy(run.model, run.train)
-        mlflow.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
-        if plan.resources.num_workers > 1:
-            history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
-        else:
-            history = fit(
-                policy,
-                run.train,
-                data,
-                validation=validation,
-                callbacks=callbacks,
-                checkpoint_dir=checkpoint_dir,
-                resume_from=resume_from,
-                data_id=data_name,
-            ).history
-        mlflow.set_tag("checkpoint", str(tune.get_context().get_trial_dir()))
-        evaluation_instances = evaluation_set(run, validation, open_filesystem)
-        if evaluation_instances is not None:
-            instances, set_name = evaluation_instances
-            final_policy = _policy_from(checkpoint_dir / CHECKPOINT_FILE, policy)
-            evaluation = evaluate_trial(final_policy, instances, run.evaluation)
-            log_evaluation(mlflow, evaluation, instances, set_name, work_dir / "evaluation")
+        writer.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
+        with TrialGuard(plan.resources.preemption_grace_s) as guard:
+            callbacks = [
+                MLflowCallback(writer),
+                TuneReportCallback(checkpoint_dir, writer, fail_at, guard),
+            ]
+            if plan.resources.num_workers > 1:
+                history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
+            else:
+                result = fit(
+                    policy,
+                    run.train,
+                    data,
+                    validation=validation,
+                    callbacks=callbacks,
+                    checkpoint_dir=checkpoint_dir,
+                    resume_from=resume_from,
+                    data_id=data_name,
+                    stop=guard.requested,
+                )
+                if result.stopped_by_request:
+                    _persist_preempted(trial_storage, checkpoint_dir, writer, result.global_step)
+                    guard.checkpointed()
+                    raise TrialPreempted(f"stopped at step {result.global_step} (SIGTERM)")
+                history = result.history
+        if restored.source and PREEMPTED_PREFIX in restored.source:
+            remove_preempted(trial_storage, before_step=restored.global_step + 1)
+        writer.set_tag("checkpoint", str(tune.get_context().get_trial_dir()))
+        final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
+        writer.end_run("FINISHED")
+        delivered = writer.close(timeout=plan.tracking.flush_timeout_s)
+        if final is not None or not delivered:
+            # the undelivered records travel in the final checkpoint (the driver replays them)
+            writer.save(checkpoint_dir)
             last = history[-1] if history else {}
             last = {k: v for k, v in last.items() if isinstance(v, int | float)}
             tune.report(
-                last | evaluation_metrics(evaluation),
+                last | (final or {}),
                 checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
             )
-    except BaseException:
-        mlflow.end_run(status="FAILED")
-        raise
-    else:
-        mlflow.end_run()
+    except BaseException as err:
+        stopped = isinstance(err, SystemExit | KeyboardInterrupt | TrialPreempted)
+        writer.set_tag("error", f"{type(err).__name__}: {err}"[:500])
+        writer.end_run("KILLED" if stopped else "FAILED")
+        writer.close(timeout=0 if stopped else min(30.0, plan.tracking.flush_timeout_s))
+        raise  # the trial's own error, whatever the tracking store does
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _persist_preempted(
+    storage: TrialStorage, checkpoint_dir: Path, writer: RunWriter, global_step: int
+) -> None:
+    writer.save(checkpoint_dir)
+    persist(storage, checkpoint_dir, f"{PREEMPTED_PREFIX}{global_step:012d}")
+
+
+def _evaluate(
+    plan: TrialPlan,
+    validation: Any,
+    checkpoint_dir: Path,
+    policy: LincPolicy,
+    writer: RunWriter,
+    work_dir: Path,
+) -> dict[str, float] | None:
+    """The final policy on the plan's evaluation set, logged; its metrics (None: no set)."""
+    evaluation_instances = evaluation_set(plan.run, validation, open_filesystem)
+    if evaluation_instances is None:
+        return None
+    instances, set_name = evaluation_instances
+    final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
+    evaluation = evaluate_trial(final_policy, instances, plan.run.evaluation)
+    log_evaluation(writer, evaluation, instances, set_name, work_dir / "evaluation")
+    return evaluation_metrics(evaluation)
 
 
 def _fit_data_parallel(
@@ -204,7 +265,6 @@ def _fit_data_parallel(
     (so Tune checkpoints, retries and MLflow behave identically)."""
     import uuid
 
-    from orchestration.distributed import CHECKPOINT_FILE as TRAIN_FILE
     from orchestration.distributed import fit_data_parallel
 
     resources = plan.resources
@@ -220,9 +280,9 @@ def _fit_data_parallel(
             callback.on_epoch(epoch, record)
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
-                shutil.copy(Path(folder) / TRAIN_FILE, checkpoint_dir / CHECKPOINT_FILE)
+                copy_checkpoint(Path(folder) / CHECKPOINT_NAME, checkpoint_dir / CHECKPOINT_NAME)
             for callback in callbacks:
-                callback.on_checkpoint(epoch, checkpoint_dir / CHECKPOINT_FILE)
+                callback.on_checkpoint(epoch, checkpoint_dir / CHECKPOINT_NAME)
 
     result = fit_data_parallel(
         plan.run,
@@ -232,7 +292,7 @@ def _fit_data_parallel(
         # a fresh Train run per attempt: a retry resumes from the Tune checkpoint it restored
         run_name=f"ddp-{tune.get_context().get_trial_id()}-{uuid.uuid4().hex[:8]}",
         use_gpu=resources.use_gpu,
-        resources_per_worker=resources.worker_resources(),
+        resources_per_worker=worker_resources(resources, plan.run),
         resume_from=resume_from,
         on_epoch=on_epoch,
         open_filesystem=open_filesystem,
@@ -248,4 +308,4 @@ def _policy_from(path: Path, policy: LincPolicy) -> LincPolicy:
     return policy
 
 
-__all__ = ["InjectedFault", "TuneReportCallback", "train_linc"]
+__all__ = ["InjectedFault", "TrialPreempted", "TuneReportCallback", "train_linc"]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from linc_core.typed import ConfigError
 from orchestration.config import PlatformConfig
+from orchestration.preemption import SweepInterrupted
 from orchestration.ray_session import prefer_loopback
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
@@ -103,7 +104,8 @@ def run_cli(
 ) -> int:
     """Shared ``main`` of the entry points: Hydra overrides in, ``action(load(overrides))`` out.
 
-    Config errors exit 2 with a one-line message naming the key and the value.
+    Config errors, and storage or servers the pre-flight finds unusable, exit 2 with a one-line
+    message naming the setting and the value; a sweep stopped by a signal exits 143.
     """
     overrides = list(sys.argv[1:] if argv is None else argv)
     prefer_loopback()  # before anything imports ray
@@ -120,7 +122,14 @@ def run_cli(
     except ConfigError as err:
         print(f"{entry}: invalid config: {err}", file=sys.stderr)
         return 2
-    return action(config)
+    try:
+        return action(config)
+    except ConfigError as err:  # pre-flight: storage, data or tracking store unusable
+        print(f"{entry}: {err}", file=sys.stderr)
+        return 2
+    except SweepInterrupted as err:
+        print(f"{entry}: {err}", file=sys.stderr)
+        return 128 + 15  # as a process ended by SIGTERM
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from linc_core.typed import ConfigError
 from orchestration.config import PlatformConfig, with_dotted
 from orchestration.experiments import search_space
 from orchestration.plan import TrialPlan
+from orchestration.resources import memory_bytes, trial_resources
 from orchestration.tables import ablation_table, aggregate_rows
 from orchestration.tracking import resolve_tracking_uri
 from sweeps.compose import compose_mapping, load_platform_config, run_cli
@@ -193,7 +194,13 @@ def test_free_form_mappings_merge_new_keys() -> None:
         "train.tau_start",
         "train.weight_decay",
     }
-    assert config.cluster.trial_resources() == {"cpu": 1, "gpu": 0, "linc_worker": 1}
+    memory = memory_bytes(config.cluster, config.run)
+    assert trial_resources(config.cluster, config.run) == {
+        "cpu": 1,
+        "gpu": 0,
+        "memory": memory,
+        "linc_worker": 1,
+    }
 
 
 def test_relative_storage_becomes_absolute(tmp_path, monkeypatch) -> None:

@@ -31,6 +31,7 @@ from linc_core.config import ModelConfig, TrainConfig, to_dict
 from linc_core.typed import build
 
 FORMAT_VERSION = 1
+CHECKPOINT_NAME = "latest.pt"  # what fit writes into its checkpoint folder
 MANIFEST_SUFFIX = ".json"
 _CHUNK = 1 << 20
 
@@ -196,7 +197,9 @@ def load_checkpoint(
 
 
 __all__ = [
+    "CHECKPOINT_NAME",
     "FORMAT_VERSION",
+    "MANIFEST_SUFFIX",
     "CheckpointError",
     "build_payload",
     "copy_checkpoint",

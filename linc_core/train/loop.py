@@ -45,7 +45,12 @@ from linc_core.model.reference_format import (
 )
 from linc_core.seeding import derive_seed, torch_generator
 from linc_core.train.advantage import training_progress
-from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
+from linc_core.train.checkpoint import (
+    CHECKPOINT_NAME,
+    build_payload,
+    load_checkpoint,
+    save_checkpoint,
+)
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import SINGLE, World, agree_any, broadcast_module_
 from linc_core.train.step import StepMetrics, train_step
@@ -283,7 +288,7 @@ def _save(
         data_id=data_id,
         partial_epoch=partial_epoch,
     )
-    return save_checkpoint(Path(checkpoint_dir) / "latest.pt", payload)
+    return save_checkpoint(Path(checkpoint_dir) / CHECKPOINT_NAME, payload)
 
 
 def initial_policy(

@@ -1,0 +1,188 @@
+"""A sweep's MLflow runs seen from the driver: the parent run, what a re-run follows, the finish.
+
+Each sweep keeps a record ``linc_sweep.json`` beside Tune's state (local folder or S3): the
+parent run's id, the tracking store and the experiment folder it was written for. A re-run of
+the same command re-opens that parent run only where it belongs:
+
+* the same store and the same folder: an interrupted sweep resumed, the same parent run;
+* another store that holds the recorded run (the store was moved with the folder: the default
+  SQLite file lives in the storage folder): the same run, in its new place;
+* otherwise (a copied folder with the original's store, a changed ``tracking.uri``): a new parent
+  run in the current store, with a warning; the restored trials follow (their runs are found by
+  parent and trial id, so they too start anew in the current store and re-log their history from
+  their checkpoints). Nothing is written into the store or runs the record names.
+
+At the end :func:`finish_sweep` replays what trials could not deliver (the journals in their
+final checkpoints), marks every trial run still RUNNING as KILLED (the sweep was stopped) or
+FAILED (its trial failed), and sets the parent's final status, whatever the store does: every
+write goes through a :class:`~orchestration.run_writer.RunWriter`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from linc_core.atomic import write_atomic
+from orchestration.plan import TrialPlan
+from orchestration.run_writer import JOURNAL_FILE, RunWriter
+from orchestration.tracking import ensure_experiment
+
+logger = logging.getLogger(__name__)
+
+SWEEP_FILE = "linc_sweep.json"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """What ``linc_sweep.json`` holds (``tracking_uri`` and ``experiment_path`` are None in
+    records written by an older linc, which are taken as written for the current ones)."""
+
+    parent_run_id: str
+    name: str
+    tracking_uri: str | None = None
+    experiment_path: str | None = None
+
+
+def read_record(filesystem: pafs.FileSystem, experiment_path: str) -> SweepRecord | None:
+    try:
+        with filesystem.open_input_stream(f"{experiment_path}/{SWEEP_FILE}") as stream:
+            values = json.loads(stream.read())
+        return SweepRecord(**values)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_record(filesystem: pafs.FileSystem, experiment_path: str, record: SweepRecord) -> None:
+    filesystem.create_dir(experiment_path, recursive=True)
+    content = json.dumps(record.__dict__).encode()
+    write_atomic(f"{experiment_path}/{SWEEP_FILE}", content, filesystem=filesystem)
+
+
+def open_parent_run(
+    plan: TrialPlan,
+    sweep: dict[str, Any],
+    filesystem: pafs.FileSystem,
+    experiment_path: str,
+    resume: bool,
+) -> RunWriter:
+    """The writer of the sweep's parent run: re-opened or new (see the module docstring).
+
+    Raises:
+        MlflowException, OSError: the store does not answer (the driver has not started Ray).
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri, path = plan.tracking.uri, experiment_path
+    client = MlflowClient(tracking_uri=uri)
+    record = read_record(filesystem, experiment_path) if resume else None
+    if record is not None:
+        same = record.tracking_uri in (None, uri) and record.experiment_path in (None, path)
+        found = None
+        if same or record.tracking_uri != uri:
+            try:
+                found = client.get_run(record.parent_run_id)
+            except MlflowException:
+                found = None
+        if found is not None:
+            writer = RunWriter(uri).attach(record.parent_run_id)
+            writer.set_status("RUNNING")
+            write_record(filesystem, experiment_path, _record(found.info.run_id, sweep, uri, path))
+            return writer
+        logger.warning(
+            "sweep %s was recorded for store %s at %s; this run uses store %s at %s: "
+            "continuing with a new parent run there (the recorded runs are left as they are)",
+            sweep["name"],
+            record.tracking_uri,
+            record.experiment_path,
+            uri,
+            experiment_path,
+        )
+    experiment_id = ensure_experiment(uri, plan.tracking.experiment)
+    name = sweep["name"]
+    run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
+    writer = RunWriter(uri).attach(run.info.run_id)
+    writer.log_params(plan.params(sweep=sweep))
+    write_record(filesystem, experiment_path, _record(run.info.run_id, sweep, uri, path))
+    return writer
+
+
+def _record(run_id: str, sweep: dict[str, Any], uri: str, experiment_path: str) -> SweepRecord:
+    return SweepRecord(run_id, sweep["name"], uri, experiment_path)
+
+
+def finish_sweep(
+    parent: RunWriter,
+    results: Any,
+    *,
+    experiment: str,
+    stopped: bool,
+    failed: bool,
+    flush_timeout_s: float,
+) -> None:
+    """Replay the trials' leftover journals, settle every trial run still RUNNING and the parent
+    run (KILLED when ``stopped``, else FAILED when ``failed``, else FINISHED), then flush."""
+    for result in results or ():
+        _replay_journal(result, parent.tracking_uri, flush_timeout_s)
+    status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
+    _settle_children(parent, experiment, "KILLED" if stopped else "FAILED", flush_timeout_s)
+    parent.set_status(status)
+    parent.close(flush_timeout_s)
+
+
+def _replay_journal(result: Any, tracking_uri: str, timeout: float) -> None:
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None:
+        return
+    try:
+        with checkpoint.as_directory() as folder:
+            journal = Path(folder) / JOURNAL_FILE
+            if not journal.exists() or not json.loads(journal.read_text()).get("pending"):
+                return
+            writer = RunWriter(tracking_uri)
+            writer.restore(folder)
+    except (OSError, ValueError) as err:
+        logger.warning("could not read the tracking journal of %s: %s", checkpoint.path, err)
+        return
+    writer.close(timeout)
+
+
+def _settle_children(parent: RunWriter, experiment: str, status: str, timeout: float) -> None:
+    """Every run under ``parent`` still RUNNING gets ``status`` (a trial that ended without
+    saying so: stopped with the sweep, or its process lost)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=parent.tracking_uri)
+    try:
+        experiment_id = ensure_experiment(parent.tracking_uri, experiment)
+        running = client.search_runs(
+            [experiment_id],
+            filter_string=(
+                f"tags.`{PARENT_RUN_TAG}` = '{parent.run_id}' and attributes.status = 'RUNNING'"
+            ),
+        )
+    except (MlflowException, OSError) as err:
+        logger.warning(
+            "tracking store %s: could not list the sweep's trial runs to settle them: %s",
+            parent.tracking_uri,
+            err,
+        )
+        return
+    writers = [RunWriter(parent.tracking_uri).attach(run.info.run_id) for run in running]
+    deadline = time.monotonic() + timeout
+    for writer in writers:
+        writer.end_run(status)
+    for writer in writers:
+        writer.close(max(0.0, deadline - time.monotonic()))
+
+
+__all__ = ["SWEEP_FILE", "SweepRecord", "finish_sweep", "open_parent_run", "read_record"]
