@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-all lint format demo bench clean
+.PHONY: setup test test-all faults lint format demo bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,10 @@ test: lint
 
 test-all: lint
 	$(BIN)/pytest -q
+
+# The whole fault matrix (faults/): real servers on loopback, one sweep per fault (~30 minutes).
+faults: setup
+	$(BIN)/python -m faults
 
 demo: setup
 	$(BIN)/python -m sweeps.demo

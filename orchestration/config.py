@@ -282,13 +282,18 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """Deliberate failures: ``fail_at_epoch`` raises once, in a trial not restored from a
-    checkpoint, right after that epoch's checkpoint (so the retry resumes from it)."""
+    """Deliberate failures, each once, in a trial not restored from a checkpoint, right after
+    that epoch's checkpoint (so the retry resumes from it): ``fail_at_epoch`` raises;
+    ``memory_spike_gb`` allocates (and holds, training on) that much memory after the first
+    epoch, for Ray's memory monitor to kill the trial."""
 
     fail_at_epoch: int | None = None
+    memory_spike_gb: float | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
+        spike = self.memory_spike_gb
+        require(spike is None or spike > 0, "memory_spike_gb", spike, "> 0 or null")
 
 
 SECTIONS = ("task", "model", "train", "data", "tracking", "cluster", "ablation", "search", "fault")

@@ -30,6 +30,7 @@ from orchestration.preflight import PreflightError, preflight
 from orchestration.ray_session import init_ray
 from orchestration.resources import PendingTimeout, PendingTimeoutError, placement
 from orchestration.run_writer import RunWriter
+from orchestration.schedulers import SweepASHAScheduler, SweepFIFOScheduler
 from orchestration.sweep_runs import finish_sweep, open_parent_run
 from orchestration.tables import ablation_table, aggregate_rows, search_table
 from orchestration.trainable import train_linc
@@ -164,6 +165,10 @@ def run_experiment(
                 raise cause from None
             raise
     if stop.signal is not None:
+        # a preempted driver has its grace period, not the store's flush time
+        experiment.flush_timeout_s = min(
+            experiment.flush_timeout_s, config.cluster.preemption_grace_s
+        )
         experiment.finish(failed=False, stopped=True)
         raise SweepInterrupted(
             f"{name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the same "
@@ -197,6 +202,7 @@ def _new_tuner(
         or tune.TuneConfig(
             max_concurrent_trials=cluster.max_concurrent_trials or None,
             reuse_actors=cluster.reuse_actors,
+            scheduler=SweepFIFOScheduler(),  # keeps a moved sweep's new trials in its folder
         ),
         run_config=tune.RunConfig(
             name=name,
@@ -282,7 +288,6 @@ def search_space(spec: SearchSpec) -> dict[str, Any]:
 
 def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     """Optuna (TPE, seeded) through ``OptunaSearch`` with ASHA; returns the best trial's values."""
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
@@ -293,7 +298,7 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         OptunaSearch(metric=spec.metric, mode=spec.mode, seed=spec.seed),
         max_concurrent=spec.max_concurrent,
     )
-    scheduler = ASHAScheduler(
+    scheduler = SweepASHAScheduler(
         time_attr="training_iteration",
         metric=spec.metric,
         mode=spec.mode,

@@ -83,8 +83,17 @@ def _hold_exit() -> None:
         guard.hold()
 
 
-class SweepInterrupted(RuntimeError):
+class SweepStopped(RuntimeError):
+    """A sweep that ended before its trials did, its state saved for a re-run; the entry points
+    print the message on one line and exit with ``exit_code``."""
+
+    exit_code = 1
+
+
+class SweepInterrupted(SweepStopped):
     """The sweep was stopped by a signal; its state is saved and its runs are marked KILLED."""
+
+    exit_code = 128 + 15  # as a process ended by SIGTERM
 
 
 class SweepStop:
@@ -133,4 +142,4 @@ def stop_sweep_on_signals() -> Iterator[SweepStop]:
             os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = switch
 
 
-__all__ = ["SweepInterrupted", "SweepStop", "TrialGuard", "stop_sweep_on_signals"]
+__all__ = ["SweepInterrupted", "SweepStop", "SweepStopped", "TrialGuard", "stop_sweep_on_signals"]

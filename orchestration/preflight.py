@@ -15,6 +15,7 @@ points print it on one line and exit 2).
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import uuid
 from pathlib import Path
@@ -111,8 +112,10 @@ def _check_server(uri: str) -> None:
 
 
 def _reason(err: BaseException) -> str:
-    text = getattr(err, "strerror", None) or str(err)
-    return " ".join(str(text).split())[:200]
+    """The operating system's words when the error carries them (``Connection refused``)."""
+    text = " ".join(str(getattr(err, "strerror", None) or err).split())
+    found = re.search(r"\[Errno \d+\] ([^'\")\]]+)", text)
+    return found.group(1).strip() if found else text[:200]
 
 
 __all__ = ["PreflightError", "check_readable", "check_tracking", "check_writable", "preflight"]

@@ -25,6 +25,7 @@ from ray.tune.experiment import Trial
 from linc_core.memory import estimate_run_memory
 from linc_core.plan import RunPlan
 from orchestration.config import ClusterSpec, PlatformConfig
+from orchestration.preemption import SweepStopped
 
 GIB = 1 << 30
 MEMORY_STEP = GIB // 4
@@ -65,7 +66,7 @@ def placement(trial_config: Mapping[str, Any]) -> tune.PlacementGroupFactory:
     return tune.PlacementGroupFactory([bundle])
 
 
-class PendingTimeoutError(RuntimeError):
+class PendingTimeoutError(SweepStopped):
     """Trials no node could place for ``cluster.pending_timeout_s``, with nothing running."""
 
 

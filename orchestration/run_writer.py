@@ -310,7 +310,9 @@ class RunWriter:
             with self._lock:
                 self.run_id, self._verify = run_id, self._verify or found
                 self._lock.notify_all()
-        if self._verify and any(r["op"] == "metrics" for r in self._pending):
+        with self._lock:
+            verify = self._verify and any(r["op"] == "metrics" for r in self._pending)
+        if verify:
             self._read_known_steps(client)
         with self._lock:
             if not self._pending:

@@ -46,6 +46,7 @@ from linc_core.plan import data_id, evaluation_set, training_data, validation_se
 from linc_core.runtime import tune_cpu_allocator
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
+from orchestration.config import FaultSpec
 from orchestration.datasets import open_filesystem
 from orchestration.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
 from orchestration.plan import TrackingPlan, TrialPlan
@@ -84,14 +85,15 @@ class TuneReportCallback(BaseCallback):
         self,
         checkpoint_dir: Path,
         writer: RunWriter | None = None,
-        fail_at_epoch: int | None = None,
+        fault: FaultSpec | None = None,
         stopping: TrialGuard | None = None,
     ):
         self.checkpoint_dir = checkpoint_dir
         self.writer = writer
-        self.fail_at_epoch = fail_at_epoch
+        self.fault = fault or FaultSpec()
         self.stopping = stopping
         self._pending: dict[str, Any] | None = None
+        self._held: bytes | None = None
 
     def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
         self._pending = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
@@ -104,8 +106,11 @@ class TuneReportCallback(BaseCallback):
         metrics = self._pending or {"epoch": epoch + 1}
         self._pending = None
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
-        if self.fail_at_epoch is not None and epoch + 1 == self.fail_at_epoch:
-            raise InjectedFault(f"fault.fail_at_epoch={self.fail_at_epoch}: failing on purpose")
+        if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
+            at = self.fault.fail_at_epoch
+            raise InjectedFault(f"fault.fail_at_epoch={at}: failing on purpose")
+        if self.fault.memory_spike_gb and epoch == 0:
+            self._held = b"x" * int(self.fault.memory_spike_gb * (1 << 30))  # resident pages
 
 
 def _start_tracking(
@@ -130,6 +135,8 @@ def _start_tracking(
     writer = RunWriter(tracking.uri, spool=work_dir / "tracking-spool")
     writer.start(tracking.experiment, plan.run_name, tags, key, journal=restored.folder)
     writer.set_status("RUNNING")  # a retried trial's run was marked FAILED by the last attempt
+    if restored.source is not None:
+        tags["resumed_from"] = f"{restored.source} (step {restored.global_step})"
     # where this attempt runs: refreshed on every attempt (a lost node's retry runs elsewhere)
     writer.set_tags(
         tags
@@ -176,13 +183,13 @@ def train_linc(
             writer.log_dict(trial_config, "config.json")  # what it was given
         writer.log_params(plan.params(data_name))  # the same values on every attempt
         writer.log_history(history, EPOCH_METRICS)  # what the checkpoint saw (exactly once)
-        fail_at = plan.fault.fail_at_epoch if resume_from is None else None
+        fault = plan.fault if resume_from is None else None  # a deliberate failure: once
         policy = initial_policy(run.model, run.train)
         writer.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
         with TrialGuard(plan.resources.preemption_grace_s) as guard:
             callbacks = [
                 MLflowCallback(writer),
-                TuneReportCallback(checkpoint_dir, writer, fail_at, guard),
+                TuneReportCallback(checkpoint_dir, writer, fault, guard),
             ]
             if plan.resources.num_workers > 1:
                 history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
@@ -293,6 +300,9 @@ def _fit_data_parallel(
         run_name=f"ddp-{tune.get_context().get_trial_id()}-{uuid.uuid4().hex[:8]}",
         use_gpu=resources.use_gpu,
         resources_per_worker=worker_resources(resources, plan.run),
+        # a lost worker restarts the worker group from Train's last checkpoint; past these
+        # restarts the Tune trial fails and Tune retries it from its own checkpoint
+        max_failures=resources.max_failures,
         resume_from=resume_from,
         on_epoch=on_epoch,
         open_filesystem=open_filesystem,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from linc_core.typed import ConfigError
 from orchestration.config import PlatformConfig
-from orchestration.preemption import SweepInterrupted
+from orchestration.preemption import SweepStopped
 from orchestration.ray_session import prefer_loopback
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
@@ -105,7 +105,8 @@ def run_cli(
     """Shared ``main`` of the entry points: Hydra overrides in, ``action(load(overrides))`` out.
 
     Config errors, and storage or servers the pre-flight finds unusable, exit 2 with a one-line
-    message naming the setting and the value; a sweep stopped by a signal exits 143.
+    message naming the setting and the value; a sweep stopped before its end (a signal: 143, trials
+    no node could place: 1) says so on one line.
     """
     overrides = list(sys.argv[1:] if argv is None else argv)
     prefer_loopback()  # before anything imports ray
@@ -127,9 +128,9 @@ def run_cli(
     except ConfigError as err:  # pre-flight: storage, data or tracking store unusable
         print(f"{entry}: {err}", file=sys.stderr)
         return 2
-    except SweepInterrupted as err:
+    except SweepStopped as err:  # a signal, or trials no node could place: re-run to resume
         print(f"{entry}: {err}", file=sys.stderr)
-        return 128 + 15  # as a process ended by SIGTERM
+        return err.exit_code
 
 
 __all__ = [

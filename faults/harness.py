@@ -1,0 +1,212 @@
+"""What every fault scenario needs: a sweep driver in its own process, waits, and the audit.
+
+A scenario starts the real entry point (``python -m sweeps.train`` or ``sweeps.ablation``) in a
+new process group, injects its fault (a signal, a stopped server, a truncated file), lets the
+sweep finish or re-runs it, and then reads the tracking store: :func:`audit` counts each trial
+run's epoch metrics against the steps it should have (lost, duplicated) and the runs still
+RUNNING. A :class:`Row` is one line of the matrix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faults.servers import process_tree, stop_group
+
+ROOT = Path(__file__).resolve().parents[1]
+AUDITED_METRICS = ("epoch", "seconds", "train_best_cost", "train_mean_cost", "loss", "tau")
+# The smoke preset at a size whose epochs take about a second on 2 shared cores: long enough to
+# put a fault in the middle of training, short enough for a matrix of a dozen sweeps.
+SWEEP = (
+    "preset=smoke",
+    "task.num_customers=10",
+    "train.instances_per_epoch=32",
+    "train.batch_size=8",
+    "train.validation_size=8",
+    "cluster.num_cpus=2",
+    "cluster.reuse_actors=false",
+    "tracking.experiment=faults",
+)
+
+
+@dataclass
+class Row:
+    """One line of the matrix."""
+
+    fault: str
+    outcome: str = "not run"
+    metrics_lost: int | None = None
+    duplicated_steps: int | None = None
+    runs_running: int | None = None
+    seconds: float = 0.0
+    ok: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Audit:
+    trials: int
+    finished: int
+    metrics_lost: int
+    duplicated_steps: int
+    runs_running: int
+
+    @property
+    def clean(self) -> bool:
+        return self.metrics_lost == 0 and self.duplicated_steps == 0 and self.runs_running == 0
+
+
+class Driver:
+    """A sweep entry point in its own process group (its local Ray dies with it)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        module: str,
+        overrides: Sequence[str],
+        env: dict[str, str] | None = None,
+        drop_file_override: bool = False,
+    ):
+        self.log_path = folder / f"{module.rsplit('.', 1)[-1]}-{int(time.time() * 1000)}.log"
+        command = [sys.executable, "-m", module, *overrides]
+        environment = os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {})
+        if "RAY_ADDRESS" not in (env or {}):
+            environment.pop("RAY_ADDRESS", None)  # a local Ray of its own
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=environment,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_without_file_override if drop_file_override else None,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        finally:
+            self._log.flush()
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the driver and everything it started (its process group)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            stop_group(self.process, grace=5)
+
+    def output(self, tail: int = 4000) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def descendants(self, marker: str) -> list[int]:
+        """Processes of this driver's tree whose command line contains ``marker``."""
+        found = []
+        for pid in sorted(process_tree(self.process.pid) - {self.process.pid}):
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in command:
+                found.append(pid)
+        return found
+
+
+def _without_file_override() -> None:
+    """In the child, before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    bounding set, so that even root obeys file permissions (a read-only folder stays one)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, poll: float = 0.5):
+    """Poll ``condition`` until it returns a true value (returned) or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+
+
+def checkpoints(storage: Path, sweep: str) -> list[Path]:
+    """Tune's checkpoint folders of every trial of a local sweep (Tune keeps the last two of
+    each trial), oldest first."""
+    found = []
+    for path in (storage / sweep).glob("*/checkpoint_*"):
+        try:
+            found.append((path.stat().st_mtime, path))
+        except OSError:  # deleted by Tune meanwhile
+            continue
+    return [path for _, path in sorted(found)]
+
+
+def reported(storage: Path, sweep: str) -> int:
+    """The highest checkpoint number any trial of a local sweep reached (0: none yet)."""
+    numbers = [int(p.name.rsplit("_", 1)[1]) for p in (storage / sweep).glob("*/checkpoint_*")]
+    return max(numbers, default=0)
+
+
+def audit(tracking_uri: str, experiment: str, sweep: str, epochs: int) -> Audit:
+    """Count each trial run's epoch metrics against steps 1..epochs, and the RUNNING runs."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return Audit(0, 0, 0, 0, 0)
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    trials = [r for r in runs if r.data.tags.get("sweep") == sweep and "variant" in r.data.tags]
+    lost = duplicated = finished = 0
+    for run in trials:
+        finished += run.info.status == "FINISHED" and "eval_cost" in run.data.metrics
+        for key in AUDITED_METRICS:
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            lost += len(set(range(1, epochs + 1)) - set(steps))
+            duplicated += len(steps) - len(set(steps))
+    running = sum(r.info.status == "RUNNING" for r in runs)
+    return Audit(len(trials), finished, lost, duplicated, running)
+
+
+def one_line_error(output: str) -> str | None:
+    """The output's only line, when the command printed exactly one (a one-line error)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[0] if len(lines) == 1 else None
+
+
+__all__ = [
+    "AUDITED_METRICS",
+    "Audit",
+    "Driver",
+    "Row",
+    "SWEEP",
+    "audit",
+    "checkpoints",
+    "one_line_error",
+    "reported",
+    "wait_for",
+]
