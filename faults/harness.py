@@ -142,13 +142,25 @@ def _without_file_override() -> None:
         libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str, poll: float = 0.5):
-    """Poll ``condition`` until it returns a true value (returned) or ``timeout`` passes."""
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    driver: Driver | None = None,
+    poll: float = 0.5,
+):
+    """Poll ``condition`` until it returns a true value (returned) or ``timeout`` passes; with
+    ``driver``, stop waiting as soon as it has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if driver is not None and driver.process.poll() is not None:
+            tail = driver.output(300).strip().splitlines()[-1:]
+            raise RuntimeError(
+                f"the driver exited {driver.process.returncode} before {what}: {tail}"
+            )
         time.sleep(poll)
     raise TimeoutError(f"waited {timeout:.0f} s for {what}")
 

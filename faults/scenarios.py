@@ -27,7 +27,15 @@ from faults.harness import (
     reported,
     wait_for,
 )
-from faults.servers import LOOPBACK, MlflowServer, S3Server, free_port
+from faults.servers import (
+    LOOPBACK,
+    MlflowServer,
+    S3Server,
+    free_port,
+    listening_addresses,
+    non_loopback,
+)
+from orchestration.tracking import ensure_experiment
 
 TRAIN = "train-full_linc-cvrptw-seed1234"  # linc-tune's experiment name for the SWEEP config
 ABLATION = "ablation-smoke"
@@ -62,15 +70,18 @@ def tracking_down(folder: Path, seconds: float, epochs: int = 100) -> Row:
         driver = Driver(
             folder, "sweeps.train", _train_args(storage, epochs, f"tracking.uri={server.uri}")
         )
-        wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start")
+        wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start", driver)
         server.stop()
         time.sleep(seconds)
         server.start()
+        exposed = non_loopback(listening_addresses(server.pids()))
         rc = driver.wait(1800)
         log = driver.output(10**7)
         warnings = log.count("unreachable (")
+        row.notes.append(f"server sockets off loopback: {sorted(exposed) or 'none'}")
         row.notes.append(f"outage warnings: {warnings}; recovered: {'answers again' in log}")
-        return _finish(row, audit(server.uri, EXPERIMENT, TRAIN, epochs), rc, "trial finished")
+        result = audit(server.uri, EXPERIMENT, TRAIN, epochs)
+        return _finish(row, result, rc, "trial finished", warnings >= 1 and not exposed)
 
 
 def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
@@ -79,7 +90,7 @@ def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
     storage = folder / "runs"
     args = [*_train_args(storage, epochs), "cluster.max_concurrent_trials=1"]
     first = Driver(folder, "sweeps.ablation", args)
-    wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start")
+    wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start", first)
     first.signal(signal.SIGTERM)
     began = time.monotonic()
     rc = first.wait(300)
@@ -100,7 +111,7 @@ def trial_sigterm(folder: Path, epochs: int = 30) -> Row:
     row = Row("SIGTERM to a trial")
     storage = folder / "runs"
     driver = Driver(folder, "sweeps.train", _train_args(storage, epochs))
-    wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "training to start")
+    wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "training to start", driver)
     (trial,) = wait_for(lambda: driver.descendants("ImplicitFunc"), 60, "the trial's process")
     time.sleep(0.6)  # inside an epoch
     os.kill(trial, signal.SIGTERM)
@@ -120,7 +131,7 @@ def checkpoint_truncated(folder: Path, epochs: int = 30) -> Row:
     row = Row("newest checkpoint truncated")
     storage = folder / "runs"
     first = Driver(folder, "sweeps.train", _train_args(storage, epochs))
-    wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start")
+    wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start", first)
     first.kill()
     newest = checkpoints(storage, TRAIN)[-1] / "latest.pt"
     with newest.open("r+b") as handle:
@@ -181,7 +192,7 @@ def sweep_moved(folder: Path, epochs: int = 20) -> Row:
     storage, moved = folder / "runs", folder / "moved"
     args = ["cluster.max_concurrent_trials=1"]
     first = Driver(folder, "sweeps.ablation", _train_args(storage, epochs, *args))
-    wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start")
+    wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start", first)
     first.signal(signal.SIGTERM)
     first.wait(300)
     shutil.move(storage, moved)
@@ -216,7 +227,7 @@ def node_killed(folder: Path, epochs: int = 60, pending_timeout: bool = False) -
     with none to take over)."""
     from ray.cluster_utils import Cluster
 
-    from faults.servers import listening_addresses, non_loopback, process_tree
+    from faults.servers import process_tree
 
     row = Row("no node left (pending timeout)" if pending_timeout else "worker node killed")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -225,7 +236,7 @@ def node_killed(folder: Path, epochs: int = 60, pending_timeout: bool = False) -
         storage = folder / "runs"
         extra = [f"cluster.address={cluster.address}", "cluster.pending_timeout_s=30"]
         driver = Driver(folder, "sweeps.train", _train_args(storage, epochs, *extra))
-        wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start")
+        wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start", driver)
         second = None if pending_timeout else cluster.add_node(num_cpus=2)
         pids = set()
         for node in [cluster.head_node, first, second]:
@@ -260,7 +271,7 @@ def ddp_worker_killed(folder: Path, epochs: int = 20) -> Row:
     storage = folder / "runs"
     extra = ["cluster.num_workers=2", "cluster.cpus_per_worker=1"]
     driver = Driver(folder, "sweeps.train", _train_args(storage, epochs, *extra))
-    wait_for(lambda: reported(storage, TRAIN) >= 3, 900, "training to start")
+    wait_for(lambda: reported(storage, TRAIN) >= 3, 900, "training to start", driver)
     workers = wait_for(lambda: driver.descendants("RayTrainWorker"), 60, "the Train workers")
     os.kill(workers[-1], signal.SIGKILL)
     rc = driver.wait(1800)
@@ -273,7 +284,8 @@ def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
     row = Row("S3 storage, driver killed")
     server = S3Server().start()
     try:
-        storage, store = server.uri("tune"), _sqlite(folder / "tracking")
+        # quoted: Hydra's override grammar reads `=` and `&` of the URI's query otherwise
+        storage, store = f"'{server.uri('tune')}'", _sqlite(folder / "tracking")
         (folder / "tracking").mkdir()
         args = [
             *SWEEP,
@@ -281,26 +293,31 @@ def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
             f"cluster.storage={storage}",
             f"tracking.uri={store}",
         ]
+        # the store's tables exist before this process reads it while the driver writes to it
+        ensure_experiment(store, EXPERIMENT)
         first = Driver(folder, "sweeps.train", args)
-        wait_for(lambda: _epochs_logged(store) >= 3, 600, "training to start")
+        wait_for(lambda: _epochs_logged(store) >= 3, 600, "training to start", first)
+        exposed = non_loopback(listening_addresses(server.pids()))
         first.kill()
         second = Driver(folder, "sweeps.train", args)
         rc = second.wait(1800)
         resumed = _tag(store, "resumed_from")
-        row.notes.append(f"resumed from {resumed}")
-        from_s3 = bool(resumed and resumed.startswith("s3://"))
+        row.notes.append(f"resumed from {resumed}; S3 sockets off loopback: {exposed or 'none'}")
+        from_s3 = bool(resumed and resumed.startswith("s3://")) and not exposed
         result = audit(store, EXPERIMENT, TRAIN, epochs)
         return _finish(row, result, rc, "resumed from S3, finished", from_s3)
     finally:
         server.stop()
 
 
-def memory_monitor(folder: Path, epochs: int = 20, spike_gb: float = 3.0) -> Row:
+def memory_monitor(folder: Path, epochs: int = 20, spike_gb: float = 5.0) -> Row:
     """Ray's memory monitor, set just above what the machine uses now, kills the trial that
     allocates ``spike_gb`` after its first epoch; the retry (no spike) finishes."""
     row = Row("trial killed by the memory monitor")
     total, available = _meminfo()
-    threshold = min(0.98, (total - available + spike_gb / 2 * (1 << 30)) / total)
+    # above what the machine uses now plus this sweep's Ray and trial (about 2.5 GB), below
+    # that plus the spike
+    threshold = min(0.98, (total - available + (spike_gb - 1.5) * (1 << 30)) / total)
     env = {"RAY_memory_usage_threshold": f"{threshold:.3f}", "RAY_memory_monitor_refresh_ms": "100"}
     storage = folder / "runs"
     args = _train_args(
@@ -309,7 +326,7 @@ def memory_monitor(folder: Path, epochs: int = 20, spike_gb: float = 3.0) -> Row
     driver = Driver(folder, "sweeps.train", args, env=env)
     rc = driver.wait(1800)
     log = driver.output(10**7)
-    killed = "OutOfMemoryError" in log or "memory monitor" in log.lower()
+    killed = "killed due to the node running low on memory" in log
     row.notes.append(f"threshold {threshold:.3f}; killed by the monitor: {killed}")
     result = audit(_sqlite(storage), EXPERIMENT, TRAIN, epochs)
     outcome = "failed with the memory reason, retried, finished"
@@ -344,15 +361,17 @@ def _parents(uri: str) -> dict[str, str]:
 
 
 def _epochs_logged(uri: str) -> int:
+    """Epochs the sweep's trial has logged (0 while the driver is still creating the store)."""
     from mlflow.tracking import MlflowClient
 
-    if not Path(uri.removeprefix("sqlite:///")).exists():
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(EXPERIMENT)
+        runs = client.search_runs([experiment.experiment_id]) if experiment else []
+        trials = [r for r in runs if "variant" in r.data.tags]
+        return len(client.get_metric_history(trials[0].info.run_id, "epoch")) if trials else 0
+    except Exception:  # noqa: BLE001 - the store's tables are being created by the driver
         return 0
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    runs = client.search_runs([experiment.experiment_id]) if experiment else []
-    trials = [r for r in runs if "variant" in r.data.tags]
-    return len(client.get_metric_history(trials[0].info.run_id, "epoch")) if trials else 0
 
 
 MATRIX: dict[str, Callable[[Path], Row]] = {

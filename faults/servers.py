@@ -102,36 +102,58 @@ class MlflowServer:
 
 
 class S3Server:
-    """moto's S3 server in this process on 127.0.0.1 with one bucket; ``uri(prefix)`` gives the
-    ``s3://`` URI linc reads (endpoint in the query)."""
+    """moto's S3 server (``python -m moto.server``) on 127.0.0.1 with one bucket, in a process of
+    its own (a server thread inside a busy test process misses the client's connect timeout);
+    ``uri(prefix)`` gives the ``s3://`` URI linc reads (endpoint in the query)."""
 
     def __init__(self, bucket: str = "linc"):
-        from moto.server import ThreadedMotoServer
-
         self.bucket = bucket
         self.port = free_port()
-        self._server = ThreadedMotoServer(ip_address=LOOPBACK, port=self.port, verbose=False)
+        self.process: subprocess.Popen | None = None
 
-    def start(self) -> S3Server:
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> S3Server:
         for name, value in {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
         }.items():
             os.environ.setdefault(name, value)
-        self._server.start()
+        command = [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2):
+                    break
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError("moto server exited") from None
+                time.sleep(0.5)
+        else:
+            self.stop()
+            raise TimeoutError(f"moto server on port {self.port} not up after {timeout:.0f} s")
         import boto3
 
-        endpoint = f"http://{LOOPBACK}:{self.port}"
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=self.bucket)
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=self.bucket)
         return self
 
     def uri(self, prefix: str) -> str:
         query = f"endpoint_override={LOOPBACK}:{self.port}&scheme=http"
         return f"s3://{self.bucket}/{prefix}?{query}"
 
+    def pids(self) -> set[int]:
+        return process_tree(self.process.pid) if self.process else set()
+
     def stop(self) -> None:
-        self._server.stop()
+        if self.process is not None:
+            stop_group(self.process)
+            self.process = None
 
 
 def stop_group(process: subprocess.Popen, grace: float = 10.0) -> None:

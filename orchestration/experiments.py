@@ -24,6 +24,7 @@ from ray import tune
 
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.datasets import open_filesystem
+from orchestration.memory_kills import handle_memory_kills
 from orchestration.plan import TrialPlan
 from orchestration.preemption import SweepInterrupted, stop_sweep_on_signals
 from orchestration.preflight import PreflightError, preflight
@@ -129,6 +130,7 @@ def run_experiment(
         message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
         raise PreflightError(f"{message} ({reason})") from None
     init_ray(config.cluster.address, config.cluster.num_cpus)
+    handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
     # every trial logs to the driver's store, under this run's parent, wherever it began
     tracking = dataclasses.replace(plan.tracking, parent_run_id=parent.run_id, sweep=name)
     trainable = tune.with_resources(

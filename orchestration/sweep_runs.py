@@ -24,7 +24,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -139,18 +138,20 @@ def finish_sweep(
 
 
 def _replay_journal(result: Any, tracking_uri: str, timeout: float) -> None:
+    """Deliver what a finished trial's final checkpoint says its run never received."""
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None:
         return
-    try:
-        with checkpoint.as_directory() as folder:
-            journal = Path(folder) / JOURNAL_FILE
-            if not journal.exists() or not json.loads(journal.read_text()).get("pending"):
+    try:  # the journal alone first: most trials delivered everything themselves
+        with checkpoint.filesystem.open_input_stream(f"{checkpoint.path}/{JOURNAL_FILE}") as f:
+            if not json.loads(f.read()).get("pending"):
                 return
+        with checkpoint.as_directory() as folder:  # with the artifact files it names
             writer = RunWriter(tracking_uri)
             writer.restore(folder)
     except (OSError, ValueError) as err:
-        logger.warning("could not read the tracking journal of %s: %s", checkpoint.path, err)
+        if not isinstance(err, FileNotFoundError):
+            logger.warning("could not read the tracking journal of %s: %s", checkpoint.path, err)
         return
     writer.close(timeout)
 

@@ -106,7 +106,8 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 class MLflowCallback(BaseCallback):
     """Log each epoch's metrics of ``fit`` to the active MLflow run (step = 1-based epoch).
 
-    ``mlflow_module`` is the module returned by ``setup_mlflow`` (defaults to ``mlflow``).
+    ``mlflow_module``: what to log through, a trial's ``orchestration.run_writer.RunWriter``
+    (defaults to the ``mlflow`` module and its active run).
     """
 
     def __init__(self, mlflow_module: Any = None, metrics: tuple[str, ...] = EPOCH_METRICS):

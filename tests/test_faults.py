@@ -113,7 +113,9 @@ def test_a_rerun_reopens_its_parent_only_in_its_own_store_and_folder(tmp_path):
     plan, first = parent(tmp_path / "runs")
     first_id = first.run_id
     finish_sweep(first, [], experiment="faults", stopped=False, failed=False, flush_timeout_s=30)
-    assert parent(tmp_path / "runs")[1].run_id == first_id
+    _, again = parent(tmp_path / "runs")
+    assert again.run_id == first_id
+    assert again.close(30)  # before the folder moves
 
     shutil.move(tmp_path / "runs", tmp_path / "moved")
     moved_plan, moved = parent(tmp_path / "moved")
