@@ -265,7 +265,13 @@ def run_diagnostics(
             z = rows.z(num_z, policy.config.z_dim, seed) if policy.config.z_dim > 0 else None
             env = make_env(rows.instance, num_z)
             chooser = PolicyChooser(
-                policy, env, policy.encode(rows.instance), z, greedy, track_log_likelihood=False
+                policy,
+                env,
+                policy.encode(rows.instance),
+                z,
+                greedy,
+                track_log_likelihood=False,
+                skip_forced=False,  # the probes read every rollout's scorer inputs
             )
 
             def choose(state: RolloutState, step: int, chooser: PolicyChooser = chooser) -> Tensor:
