@@ -70,8 +70,12 @@ class DataSpec:
             ``dataset`` (a Parquet data set written by ``linc-generate`` at ``uri``) or
             ``solomon50`` (the ablation protocol: the 56 Solomon instances cut to 50 customers).
         uri: the data set for ``source=dataset`` (local folder or ``s3://...``).
-        seed: base seed of generated batches, of the shuffle of a fixed set, of the validation
-            set and of the final evaluation's decoding.
+        seed: base seed of the training batches (generated ones, or a fixed set's per-epoch
+            shuffle) and of the validation set, the same for every trial; null (the default):
+            they follow each trial's ``train.seed`` as ``linc-train``'s do (the variants of one
+            seed see the same batches, the seeds of a sweep are independent replicates). The
+            final evaluation's decoding seed derives from it (0 when null): every trial of a
+            sweep decodes each instance with the same z-vectors.
         eval_source: what the final checkpoint is evaluated on: ``validation`` (the validation
             set), ``dataset`` (``eval_uri``), ``solomon50`` or ``none``.
         eval_uri: the evaluation data set for ``eval_source=dataset``.
@@ -82,7 +86,7 @@ class DataSpec:
 
     source: Literal["generated", "dataset", "solomon50"] = "generated"
     uri: str | None = None
-    seed: int = 0
+    seed: int | None = None
     eval_source: Literal["validation", "dataset", "solomon50", "none"] = "validation"
     eval_uri: str | None = None
     eval_rollouts: int = 128
@@ -102,10 +106,12 @@ class DataSpec:
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
 
     def source_of(self, task: TaskSpec) -> DataSource:
-        """The training data: generated batches use ``seed`` itself, a fixed set's per-epoch
-        shuffle ``derive_seed(seed, "shuffle")``."""
-        seed = self.seed if self.source == "generated" else derive_seed(self.seed, "shuffle")
-        return DataSource(self.source, task.problem, task.num_customers, seed, self.uri)
+        """The training data (its seed None: the plan derives it from the training seed)."""
+        return DataSource(self.source, task.problem, task.num_customers, self.seed, self.uri)
+
+    def validation_seed(self) -> int | None:
+        """The validation set's seed (None: the plan derives it from the training seed)."""
+        return None if self.seed is None else derive_seed(self.seed, "validation-set")
 
     def evaluation(self) -> EvaluationSource:
         return EvaluationSource(
@@ -114,7 +120,7 @@ class DataSpec:
             self.eval_rollouts,
             self.eval_augment,
             self.eval_decoding,
-            derive_seed(self.seed, "final-evaluation"),
+            derive_seed(self.seed or 0, "final-evaluation"),
         )
 
 
@@ -325,7 +331,7 @@ class PlatformConfig:
             protocol=train.pop("protocol", None),
             train=train,
             model=_without_nulls(model.overrides),
-            validation_seed=derive_seed(data.seed, "validation-set"),
+            validation_seed=data.validation_seed(),
             evaluation=data.evaluation(),
         )
         return cls(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from linc_core.seeding import derive_seed
 from orchestration.experiments import run_ablation, run_search, run_training
 from orchestration.plan import TrialPlan
 from orchestration.tracking import ensure_experiment
@@ -67,7 +68,8 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
         assert run.info.status == "FINISHED"
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["variant"] in ("baseline", "full_linc") and tags["seed"] == "1"
-        assert tags["data_id"] == "generated:cvrptw6:seed0"
+        # the batches follow the training seed (data.seed null): the same for both variants
+        assert tags["data_id"] == f"generated:cvrptw6:seed{derive_seed(1, 'data')}"
         assert len(tags["git_commit"]) in (40, len("unknown"))
         # the trial's own effective settings: its variant's switches, the real schedule
         assert params["train.epochs"] == "2" and params["variant"] == tags["variant"]
