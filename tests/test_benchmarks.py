@@ -39,12 +39,17 @@ def test_data_dir_env_pointing_nowhere(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_data_dir_default_is_shared_data_next_to_repo(
-    monkeypatch: pytest.MonkeyPatch, data_dir: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # A checkout at tmp/repo with tmp/shared/data beside it, run from an unrelated folder.
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    repo_root = Path(benchmarks.__file__).resolve().parent.parent
-    assert benchmarks.data_dir() == (repo_root.parent / "shared" / "data").resolve()
-    assert (benchmarks.data_dir() / "solomon100").is_dir()
+    monkeypatch.setattr(benchmarks, "_REPO_ROOT", tmp_path / "repo")
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere" / "work"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert data_dir() == (tmp_path / "shared" / "data").resolve()
 
 
 def test_data_dir_falls_back_to_current_dir(

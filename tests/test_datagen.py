@@ -16,16 +16,14 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
-
-from linc_core.dataset import MANIFEST_NAME, load_dataset, shard_name  # noqa: E402
-from linc_core.instances import TENSOR_FIELDS, Instance  # noqa: E402
-from linc_core.problems.generators import generate_cvrptw_envelope  # noqa: E402
-from linc_core.seeding import derive_seed  # noqa: E402
-from linc_core.typed import ConfigError, build  # noqa: E402
-from orchestration.datagen import DatagenError, ShardResult, generate_dataset  # noqa: E402
-from orchestration.datagen_config import DatagenConfig  # noqa: E402
-from orchestration.datasets import (  # noqa: E402
+from linc_core.dataset import MANIFEST_NAME, load_dataset, shard_name
+from linc_core.instances import TENSOR_FIELDS, Instance
+from linc_core.problems.generators import generate_cvrptw_envelope
+from linc_core.seeding import derive_seed
+from linc_core.typed import ConfigError, build
+from orchestration.datagen import DatagenError, ShardResult, generate_dataset
+from orchestration.datagen_config import DatagenConfig
+from orchestration.datasets import (
     StorageUnavailableError,
     load_evaluation_set,
     open_filesystem,
@@ -70,9 +68,11 @@ def reference_set(ray_session, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 with a bucket ``linc``; yields ``host:port``."""
-    boto3 = pytest.importorskip("boto3")
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    # Imported here: moto brings in its web server stack (~2 s), which only the S3 tests need.
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"{host}:{port}"

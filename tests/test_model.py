@@ -50,7 +50,7 @@ from linc_core.problems import (
     random_feasible_actions,
 )
 from linc_core.typed import ConfigError, build, literal_values
-from tests.golden import GOLDEN_DIR, load_golden
+from tests.golden import golden_path, load_golden
 from tests.test_cvrptw import instance_from_golden
 
 PROBLEMS = ("cvrptw", "cvrp", "tsp")
@@ -153,10 +153,7 @@ def drive(
 # 1. golden model replay
 # ---------------------------------------------------------------------------------------------
 def reference_state_dict() -> dict[str, Tensor]:
-    path = GOLDEN_DIR / REFERENCE_STATE_DICT
-    if not path.exists():
-        pytest.skip(f"golden file {path} not present")
-    return torch.load(path, weights_only=True)
+    return torch.load(golden_path(REFERENCE_STATE_DICT), weights_only=True)
 
 
 def assert_reproduces_golden_probabilities(policy: LincPolicy) -> None:
