@@ -1,4 +1,4 @@
-"""What many test files share: the benchmark data folder and one local Ray.
+"""What many test files share: the benchmark data folder, one local Ray, and tiny models.
 
 Benchmark data (``data_dir``) is ``$LINC_DATA_DIR``, else ``<checkout>/../shared/data``; the
 golden vectors (``tests.golden``) are ``$LINC_GOLDEN_DIR``, else
@@ -6,16 +6,25 @@ golden vectors (``tests.golden``) are ``$LINC_GOLDEN_DIR``, else
 line naming the folders looked in and the variable to set; it never skips. From a worktree::
 
     export LINC_DATA_DIR=/work/shared/data LINC_GOLDEN_DIR=/work/shared/spec/golden
+
+Tiny models (``tiny_configs``, ``tiny_policy``, ``tiny_checkpoint``): one small network size for
+every test whose claim does not depend on width (exact equalities, invariances, feasibility).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from linc_core.benchmarks import data_dir as resolve_data_dir
+from linc_core.config import ModelConfig, TrainConfig
+from linc_core.model import LincPolicy
+from linc_core.presets import preset_configs
+from linc_core.train.checkpoint import build_payload, save_checkpoint
 from orchestration.ray_session import init_ray, prefer_loopback
 
 # Test tensors are small: one intra-op thread avoids OpenMP spin-waiting when the 2 CPUs are
@@ -24,6 +33,18 @@ torch.set_num_threads(1)
 
 # Before `ray` is first imported, so every socket of the test session listens on 127.0.0.1.
 prefer_loopback()
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# The network size of the tiny models: a preset's switches with these widths.
+TINY_NETWORK: dict[str, int] = {
+    "embedding_dim": 32,
+    "encoder_layers": 1,
+    "num_heads": 4,
+    "ff_hidden_dim": 64,
+    "poly_hidden_dim": 32,
+    "scorer_hidden_dim": 16,
+}
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +66,39 @@ def ray_session():
     init_ray("local", num_cpus=2, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def tiny_configs(
+    preset: str = "full_linc", problem: str = "cvrptw", **train: Any
+) -> tuple[ModelConfig, TrainConfig]:
+    """``preset_configs(preset, problem, **train)`` with the model cut to ``TINY_NETWORK``."""
+    model, train_config = preset_configs(preset, problem, **train)
+    return dataclasses.replace(model, **TINY_NETWORK), train_config
+
+
+def tiny_policy(
+    preset: str = "full_linc",
+    problem: str = "cvrptw",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> LincPolicy:
+    """A tiny ``preset`` policy with PyTorch's default initialisation under ``seed``, in eval
+    mode."""
+    torch.manual_seed(seed)
+    return LincPolicy(tiny_configs(preset, problem)[0]).to(dtype).eval()
+
+
+def tiny_checkpoint(path: Path) -> Path:
+    """``tiny_policy()`` saved as an untrained (epoch 0) training checkpoint at ``path``."""
+    policy = tiny_policy()
+    payload = build_payload(
+        model_config=policy.config,
+        train_config=TrainConfig(),
+        model_state=policy.state_dict(),
+        optimizer_state=None,
+        epoch=0,
+        global_step=0,
+        history=[],
+        data_id="test",
+    )
+    return save_checkpoint(path, payload)

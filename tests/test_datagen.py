@@ -29,6 +29,7 @@ from orchestration.datasets import (
     open_filesystem,
     open_training_data,
 )
+from tests.conftest import tiny_configs
 
 REFERENCE = {
     "task": "cvrptw",
@@ -262,15 +263,12 @@ def test_s3_unreachable_fails_after_bounded_retries() -> None:
 
 def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
     """The plain fit loop reads a generated set through ShardedTrainingData (no Ray needed)."""
-    import dataclasses
-
     from linc_core.model import LincPolicy
-    from linc_core.presets import preset_configs
     from linc_core.train import fit
     from linc_core.train.data import ShardedTrainingData
 
     data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)
-    model, train = preset_configs(
+    model, train = tiny_configs(
         "full_linc",
         REFERENCE["task"],
         num_rollouts=4,
@@ -278,7 +276,6 @@ def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
         instances_per_epoch=8,
         epochs=1,
     )
-    model = dataclasses.replace(model, embedding_dim=32, encoder_layers=1, scorer_hidden_dim=16)
     result = fit(LincPolicy(model), train, data, max_steps=2)
     assert result.global_step == 2
     assert data.batch(0, 0).num_customers == REFERENCE["size"]

@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from linc_core.config import ModelConfig
 from linc_core.diagnose import main, run_diagnostics
 from linc_core.instances import Instance, read_solomon, truncate_customers
-from linc_core.model import LincPolicy
-from tests.test_decode import TINY, tiny_policy
-from tests.test_evaluate_cli import PNG_MAGIC, _tiny_checkpoint
+from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +47,13 @@ def test_modulation_and_weight_tables_account_for_every_decision(instances):
 
 
 def test_a_model_without_the_linc_comparator_is_refused(instances):
-    torch.manual_seed(0)
-    baseline = LincPolicy(ModelConfig(scorer="baseline", **TINY))
+    baseline = tiny_policy("baseline")
     with pytest.raises(ValueError, match="scorer is 'baseline'"):
         run_diagnostics(baseline, instances)
 
 
 def test_command_writes_json_and_plots(data_dir, tmp_path):
-    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    checkpoint = tiny_checkpoint(tmp_path / "tiny.pt")
     out = tmp_path / "diag"
     status = main(
         ["--checkpoint", str(checkpoint), "--limit", "1", "--z", "2", "--out", str(out),

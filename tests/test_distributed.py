@@ -21,14 +21,13 @@ import torch.multiprocessing as mp
 from linc_core.decode import DecodeConfig, decode
 from linc_core.model import BatchRows, LincPolicy
 from linc_core.plan import DataSource, EvaluationSource, RunPlan, ValidationSource
-from linc_core.presets import preset_configs
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world
 from linc_core.train.loop import fit, initial_policy
 from linc_core.train.step import train_step
+from tests.conftest import tiny_configs
 
-TINY = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
 BATCH, CUSTOMERS, ROLLOUTS = 4, 6, 4
 LR = 0.1
 
@@ -43,18 +42,17 @@ CASES: dict[str, tuple[str, str, float, dict]] = {
 }
 
 
-def tiny_configs(preset: str, problem: str, **train):
-    model, config = preset_configs(
+def tiny_run(preset: str, problem: str, **train):
+    """The tiny model and a training config of BATCH instances x ROLLOUTS, no validation."""
+    return tiny_configs(
         preset, problem, num_rollouts=ROLLOUTS, batch_size=BATCH, validation_size=0, **train
     )
-    model = dataclasses.replace(model, **TINY, scorer_hidden_dim=16, poly_hidden_dim=16)
-    return model, config
 
 
 def one_step(case: str, world_: World) -> dict:
     """One training step of ``case`` on the fixed batch: gradients, parameters, metrics."""
     preset, problem, progress, overrides = CASES[case]
-    model, config = tiny_configs(preset, problem, **overrides)
+    model, config = tiny_run(preset, problem, **overrides)
     torch.manual_seed(0)
     policy = LincPolicy(model)
     # SGD: the update is linear in the gradient, so equal gradients give equal parameters. Adam's
@@ -72,13 +70,13 @@ def one_step(case: str, world_: World) -> dict:
 
 
 def fit_setup():
-    model, config = tiny_configs("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
+    model, config = tiny_run("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
     return model, config, GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
 
 
 def tiny_plan(**train) -> RunPlan:
     """fit_setup's run as a plan: data-parallel workers realise its data themselves."""
-    model, config = tiny_configs(
+    model, config = tiny_run(
         "full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2, **train
     )
     data = DataSource("generated", "cvrptw", CUSTOMERS, seed=5)

@@ -9,27 +9,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from linc_core.config import TrainConfig
 from linc_core.evaluate import load_benchmark, main
-from linc_core.train.checkpoint import build_payload, save_checkpoint
-from tests.test_decode import tiny_policy
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _tiny_checkpoint(path):
-    policy = tiny_policy()
-    payload = build_payload(
-        model_config=policy.config,
-        train_config=TrainConfig(),
-        model_state=policy.state_dict(),
-        optimizer_state=None,
-        epoch=0,
-        global_step=0,
-        history=[],
-        data_id="test",
-    )
-    return save_checkpoint(path, payload)
+from tests.conftest import PNG_MAGIC, tiny_checkpoint
 
 
 def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, tmp_path):
@@ -45,7 +26,7 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert [i.names[0] for i in loaded.instances] == ["C101", "RC101"]
     assert [name for name, _ in loaded.errors] == ["R101.txt"]
 
-    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    checkpoint = tiny_checkpoint(tmp_path / "tiny.pt")
     out = tmp_path / "out"
     status = main(
         [

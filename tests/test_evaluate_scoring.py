@@ -12,7 +12,7 @@ from linc_core.decode import DecodeConfig
 from linc_core.evaluate import evaluate_policy, load_benchmark, score_solutions, summarize
 from linc_core.instances import read_solomon
 from linc_core.pyvrp_solver import solve_with_pyvrp
-from tests.test_decode import tiny_policy
+from tests.conftest import tiny_policy
 
 
 def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):

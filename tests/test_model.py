@@ -50,6 +50,7 @@ from linc_core.problems import (
     random_feasible_actions,
 )
 from linc_core.typed import ConfigError, build, literal_values
+from tests.conftest import tiny_policy
 from tests.golden import golden_path, load_golden
 from tests.test_cvrptw import instance_from_golden
 
@@ -60,36 +61,6 @@ REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add synchronisation (and stall on a busy host)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def tiny(config: ModelConfig) -> ModelConfig:
-    """The same switches with a small network (the claims tested do not depend on width)."""
-    return dataclasses.replace(
-        config,
-        embedding_dim=16,
-        num_heads=4,
-        ff_hidden_dim=32,
-        encoder_layers=2,
-        poly_hidden_dim=16,
-        scorer_hidden_dim=16,
-    )
-
-
-def tiny_policy(
-    preset: str, problem: str, seed: int = 0, dtype: torch.dtype = torch.float32
-) -> LincPolicy:
-    torch.manual_seed(seed)
-    policy = LincPolicy(tiny(preset_configs(preset, problem)[0])).to(dtype)
-    return policy.eval()
-
-
 def make_instances(problem: str, batch: int, size: int, seed: int) -> Instance:
     """``size`` customers (CVRP/CVRPTW) or cities (TSP), float64."""
     if problem == "cvrptw":

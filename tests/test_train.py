@@ -17,14 +17,7 @@ from linc_core.train import FixedData, GeneratedData, fit, train_step
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
 from linc_core.train.loop import policy_from_checkpoint
-
-TINY = {"embedding_dim": 32, "encoder_layers": 2, "num_heads": 4, "ff_hidden_dim": 64}
-
-
-def tiny_configs(preset: str, problem: str = "cvrptw", **train):
-    model, train_config = preset_configs(preset, problem, **train)
-    hidden = {"scorer_hidden_dim": 32, "poly_hidden_dim": 32}
-    return dataclasses.replace(model, **TINY, **hidden), train_config
+from tests.conftest import tiny_configs
 
 
 @pytest.mark.parametrize("problem", ["cvrptw", "cvrp", "tsp"])
