@@ -9,8 +9,9 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from linc_core.evaluate import load_benchmark, main
-from tests.conftest import PNG_MAGIC, tiny_checkpoint
+from linc_core.decode import DecodeConfig
+from linc_core.evaluate import evaluate_policy, load_benchmark, main
+from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
 
 
 def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, tmp_path):
@@ -40,9 +41,13 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert [r["instance"] for r in rows] == ["C101", "RC101", "R101.txt"]
     assert rows[2]["feasible"] == "False" and "R101.txt" in rows[2]["error"]
     assert "x1y" in rows[2]["error"]
-    for row in rows[:2]:
+    # The command's costs are those of the saved policy decoding with these flags in-process.
+    config = DecodeConfig(method="greedy", num_z=2, augment=1, seed=0)
+    assert loaded.convention == "dimacs"  # a folder of Solomon files
+    expected = evaluate_policy(tiny_policy(), loaded.instances, config, convention="dimacs")
+    for row, reference in zip(rows[:2], expected.rows, strict=True):
         assert row["feasible"] == "True" and row["error"] == ""
-        assert float(row["cost"]) > 0
+        assert float(row["cost"]) == pytest.approx(reference.cost, rel=1e-9)
     table = pq.read_table(out / "rows.parquet").to_pylist()
     assert [r["instance"] for r in table] == ["C101", "RC101", "R101.txt"]
     assert table[0]["cost"] == pytest.approx(float(rows[0]["cost"]), rel=1e-12)
