@@ -28,6 +28,7 @@ from linc_core.config import (
     TrainConfig,
     config_differences,
 )
+from linc_core.decode import actions_to_solution
 from linc_core.instances import Instance
 from linc_core.model import (
     LincPolicy,
@@ -50,6 +51,7 @@ from linc_core.problems import (
     random_feasible_actions,
 )
 from linc_core.typed import ConfigError, build, literal_values
+from linc_core.verify import verify_instance
 from tests.conftest import tiny_policy
 from tests.golden import golden_path, load_golden
 from tests.test_cvrptw import instance_from_golden
@@ -809,7 +811,9 @@ def test_preset_differs_from_full_linc_in_exactly_the_listed_fields(preset: str)
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
-    """Tiny instances (n = 6, K = 4): every rollout visits each customer exactly once."""
+    """Tiny instances (n = 6, K = 4): every rollout visits each customer exactly once, its cost
+    is the verified length of its routes, and its log-likelihood is the sum of the step
+    log-probabilities of its actions, replayed decision by decision."""
     batch, k, size = 2, 4, 6
     policy = tiny_policy(preset, problem, seed=3)
     instance = make_instances(problem, batch, size, seed=21).to(dtype=torch.float32)
@@ -825,10 +829,27 @@ def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
     for row in result.actions.flatten(0, 1).tolist():
         visited = [node for node in row if node != 0] if problem != "tsp" else row[:size]
         assert sorted(visited) == list(customers)
-    assert bool(torch.isfinite(result.cost).all()) and bool((result.cost > 0).all())
-    assert bool((result.log_likelihood <= 0).all())
+    for b in range(batch):
+        for j in range(k):
+            solution = actions_to_solution(result.actions[b, j], problem, instance.num_nodes)
+            checked = verify_instance(instance, b, solution, convention="exact")
+            assert float(result.cost[b, j]) == pytest.approx(checked.cost, rel=1e-5)
     if starts is not None and problem != "tsp":
         assert torch.equal(result.actions[..., 0], starts)
+
+    forced = starts
+    if problem == "tsp" and starts is None:
+        forced = torch.zeros(batch, k, dtype=torch.long)
+    prefix = 0 if forced is None else 1  # a forced first move is not a decision
+    decisions = result.actions[..., prefix:]  # [B, K, T]
+    with torch.no_grad():
+        records = drive(policy, instance, k, z, forced, lambda t, _lp, _mask: decisions[..., t])
+    assert len(records) == decisions.shape[-1]
+    replayed = sum(
+        log_probs.gather(-1, decisions[..., t, None]).squeeze(-1)
+        for t, (_, log_probs, _) in enumerate(records)
+    )
+    torch.testing.assert_close(result.log_likelihood, replayed, rtol=1e-5, atol=1e-5)
 
 
 def test_z_is_required_when_the_model_has_z() -> None:
