@@ -45,9 +45,9 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     config = DecodeConfig(method="greedy", num_z=2, augment=1, seed=0)
     assert loaded.convention == "dimacs"  # a folder of Solomon files
     expected = evaluate_policy(tiny_policy(), loaded.instances, config, convention="dimacs")
-    for row, reference in zip(rows[:2], expected.rows, strict=True):
+    for row, in_process in zip(rows[:2], expected.rows, strict=True):
         assert row["feasible"] == "True" and row["error"] == ""
-        assert float(row["cost"]) == pytest.approx(reference.cost, rel=1e-9)
+        assert float(row["cost"]) == pytest.approx(in_process.cost, rel=1e-9)
     table = pq.read_table(out / "rows.parquet").to_pylist()
     assert [r["instance"] for r in table] == ["C101", "RC101", "R101.txt"]
     assert table[0]["cost"] == pytest.approx(float(rows[0]["cost"]), rel=1e-12)

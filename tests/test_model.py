@@ -9,6 +9,8 @@
   unchanged and moves the uncentred ones;
 - permutation equivariance over customers for every scorer kind and problem;
 - masked actions get probability exactly 0 and are never sampled, in every preset;
+- every preset's rollouts: their costs are the verified route lengths, their log-likelihoods the
+  replayed sum of step log-probabilities;
 - the presets differ from full_linc in exactly the fields of reference section 5;
 - config validation names the offending field.
 """

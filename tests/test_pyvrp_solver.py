@@ -1,7 +1,8 @@
-"""Tests of the PyVRP solver (`linc_core.pyvrp_solver`) and the ``linc-solve`` command.
+"""The PyVRP solver (``linc_core.pyvrp_solver``): benchmark gaps, conservative rounding, errors.
 
 Solver runs are short (1-4 s each, fixed seeds); the whole file stays under a minute.
-Benchmark files are read in place from the shared data folder.
+Benchmark files are read in place from the data folder. The ``linc-solve`` command is tested in
+``test_pyvrp_cli.py``.
 """
 
 from __future__ import annotations
