@@ -37,7 +37,7 @@ EXACT_INFEASIBLE_SOLOMON = {"R102", "R105", "R107", "R108", "R112", "R211", "RC1
 def _stems(folder: str, pattern: str) -> list[str]:
     """Instance names for parametrisation. Without the data folder, or with no file matching,
     one placeholder name whose test then fails on the ``data_dir`` fixture or on the missing
-    file: an empty parameter set would make pytest skip the test instead."""
+    file (pytest would pass over an empty parameter set without failing)."""
     try:
         root = resolve_data_dir() / folder
     except FileNotFoundError:
