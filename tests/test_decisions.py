@@ -9,12 +9,10 @@ import torch
 from linc_core.model import LincPolicy
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.sampling import generator_sampler, greedy, sample_z
-from linc_core.presets import preset_configs
 from linc_core.problems import make_env
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
 from linc_core.train.data import generate
-
-TINY = {"embedding_dim": 32, "encoder_layers": 1, "num_heads": 4, "ff_hidden_dim": 64}
+from tests.conftest import tiny_configs
 
 
 @pytest.mark.parametrize(
@@ -30,8 +28,7 @@ TINY = {"embedding_dim": 32, "encoder_layers": 1, "num_heads": 4, "ff_hidden_dim
 def test_skipping_forced_rollouts_decides_every_rollout_the_same(
     preset: str, problem: str, sample: bool
 ) -> None:
-    model, _ = preset_configs(preset, problem)
-    model = model.__class__(**{**model.__dict__, **TINY, "scorer_hidden_dim": 16})
+    model, _ = tiny_configs(preset, problem)
     torch.manual_seed(0)
     policy = LincPolicy(model).double().eval()
     instance = generate(problem, 3, 15, seed=4).to(dtype=torch.float64)
