@@ -29,7 +29,7 @@ def ablation(config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-ablation", argv, ablation)
+    return run_cli("linc-ablation", argv, ablation, doc=__doc__)
 
 
 if __name__ == "__main__":

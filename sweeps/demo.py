@@ -57,7 +57,7 @@ def demo(config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-demo", argv, demo)
+    return run_cli("linc-demo", argv, demo, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def hpo(config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-hpo", argv, hpo)
+    return run_cli("linc-hpo", argv, hpo, doc=__doc__)
 
 
 if __name__ == "__main__":
