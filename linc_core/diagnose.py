@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,13 @@ import torch
 from torch import Tensor
 
 from linc_core.atomic import write_atomic
-from linc_core.cli_flags import add_policy_run_flags, apply_runtime_flags
+from linc_core.cli_flags import (
+    CommandLineError,
+    add_policy_run_flags,
+    apply_runtime_flags,
+    load_policy,
+    load_set,
+)
 from linc_core.decode.best_of_k import make_rows
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
@@ -382,13 +389,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from linc_core.evaluate import load_benchmark
-    from linc_core.train.loop import policy_from_checkpoint
-
     apply_runtime_flags(args)
     offsets = [float(o) for o in args.offsets.split(",")]
-    policy, _ = policy_from_checkpoint(args.checkpoint, args.device)
-    bench = load_benchmark(args.benchmark, limit=args.limit)
+    try:
+        policy, _ = load_policy(args)
+        bench = load_set(args)
+    except CommandLineError as err:
+        print(f"linc-diagnose: {err}", file=sys.stderr)
+        return 2
     for name, message in bench.errors:
         print(f"skipped {name}: {message}")
     sizes = {i.num_nodes for i in bench.instances}

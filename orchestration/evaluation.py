@@ -8,14 +8,13 @@ and a route plot as artifacts of the trial's run.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from linc_core.atomic import write_atomic
 from linc_core.decode import DecodeConfig
-from linc_core.evaluate import Evaluation, evaluate_policy, plot_routes, rows_csv
+from linc_core.evaluate import Evaluation, evaluate_policy, plot_routes, rows_csv, summary_json
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy
 from linc_core.plan import EvaluationSource
@@ -51,7 +50,7 @@ def log_evaluation(
     rows_path = folder / "evaluation_rows.csv"
     write_atomic(rows_path, rows_csv(evaluation.rows))
     summary_path = folder / "evaluation_summary.json"
-    write_atomic(summary_path, json.dumps(evaluation.summary, indent=2).encode())
+    write_atomic(summary_path, summary_json(evaluation.summary))
     mlflow.log_artifact(str(rows_path))
     mlflow.log_artifact(str(summary_path))
     mlflow.log_metrics(evaluation_metrics(evaluation))

@@ -19,7 +19,7 @@ ARGPARSE_NAMES = {
     "linc-data": ("where", "download"),
     "linc-train": ("--problem", "--preset", "--epochs"),
     "linc-report": ("ablation", "benchmark", "budget", "--tracking-uri", "--out"),
-    "linc-eval": ("--checkpoint", "--benchmark", "--decode", "--limit", "--routes"),
+    "linc-eval": ("--checkpoint", "--benchmark", "--decode", "--limit", "--aug", "--z"),
     "linc-diagnose": ("--checkpoint", "--benchmark"),
 }
 

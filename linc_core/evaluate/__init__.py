@@ -7,7 +7,8 @@ Modules, one job each:
 - :mod:`~linc_core.evaluate.pyvrp_cache`: PyVRP costs per instance, solved once and cached;
 - :mod:`~linc_core.evaluate.scoring`: ``EvalRow``, ``score_solutions``, ``summarize``,
   ``evaluate_policy`` (the library entry point);
-- :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots;
+- :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots,
+  strict-JSON summaries, ``.sol`` solution files;
 - :mod:`~linc_core.evaluate.cli`: the ``linc-eval`` command.
 """
 
@@ -32,6 +33,8 @@ from linc_core.evaluate.reporting import (
     plot_routes,
     rows_csv,
     rows_parquet,
+    solution_sol,
+    summary_json,
 )
 from linc_core.evaluate.scoring import (
     EvalRow,
@@ -65,5 +68,7 @@ __all__ = [
     "rows_parquet",
     "score_solutions",
     "solomon50",
+    "solution_sol",
     "summarize",
+    "summary_json",
 ]

@@ -1,4 +1,5 @@
-"""Reporting: per-instance rows as CSV and Parquet, a paper-shaped markdown table, route plots.
+"""Reporting: per-instance rows as CSV and Parquet, a paper-shaped markdown table, route plots,
+the summary as JSON and each solution as a CVRPLIB-style ``.sol`` file.
 
 Every function returns bytes or text; writing them (atomically) is the caller's job.
 """
@@ -7,9 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +37,45 @@ def rows_parquet(rows: Sequence[EvalRow]) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
+
+
+def summary_json(record: dict[str, Any]) -> bytes:
+    """``record`` as strict JSON: a value that is not a finite number (no BKS: NaN) is ``null``,
+    where ``json.dumps`` would write ``NaN``, which JSON readers refuse."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(record), indent=2, allow_nan=False).encode()
+
+
+def solution_sol(
+    solution: Sequence[Sequence[int]],
+    row: EvalRow,
+    convention: str,
+    source: Path | None = None,
+) -> bytes:
+    """One instance's solution in CVRPLIB's ``.sol`` syntax, for ``linc-solve --verify``.
+
+    ``Route #i: c1 c2 ...`` lines (customer ids, the depot implicit; a TSP tour as one route of
+    city ids from 0), then ``Cost`` under ``convention`` when the solution is feasible, the
+    ``Instance`` file it solves (absolute) when there is one, and the ``Convention``.
+    """
+    lines = [f"Route #{i}: {' '.join(map(str, route))}" for i, route in enumerate(solution, 1)]
+    if row.feasible:
+        lines.append(f"Cost {row.cost:.6f}".rstrip("0").rstrip("."))
+    else:
+        lines.append(f"# infeasible: {row.error}")
+    if source is not None:
+        lines.append(f"Instance {source.resolve()}")
+    lines += [f"Convention {convention}", f"# {row.method}"]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def format_seconds(seconds: float) -> str:
