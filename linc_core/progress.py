@@ -2,7 +2,7 @@
 
 A bar redrawn with carriage returns is unreadable in a log file or a CI page (one endless line
 of control characters), so when the stream is not a terminal :class:`Progress` writes one plain
-line every ``interval`` seconds and one at the end:
+line every ``interval`` seconds and, when it wrote any, one at the end:
 
     solomon50 sampling z=16 x8: 3.6k/7.2k rollouts (50%), 12 s
 """
@@ -43,6 +43,7 @@ class Progress:
         self._started = self._shown = time.perf_counter()
         self._bar = None
         self._enabled = enabled
+        self._lines = 0
         if enabled and _is_terminal(self.stream):
             from tqdm import tqdm
 
@@ -61,9 +62,9 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif self._enabled and self.done:
-            self._line()
-            self._enabled = False  # closing twice writes one last line
+        elif self._enabled and self._lines:
+            self._line()  # the end of a loop that showed progress (a short one showed none)
+        self._enabled = False
 
     def line(self) -> str:
         """The plain progress line (what a log file shows)."""
@@ -79,6 +80,7 @@ class Progress:
     def _line(self) -> None:
         print(self.line(), file=self.stream, flush=True)
         self._shown = time.perf_counter()
+        self._lines += 1
 
     def __enter__(self) -> Progress:
         return self

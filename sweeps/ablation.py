@@ -22,8 +22,7 @@ def ablation(config) -> int:
     from orchestration.experiments import run_ablation
 
     result = run_ablation(config)
-    print(f"\n{result.name}: {len(result.rows)} trials\n")
-    print(result.table)
+    print(f"\n{result.table}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 

@@ -22,8 +22,7 @@ def hpo(config) -> int:
     from orchestration.experiments import run_search
 
     result, best = run_search(config)
-    print(f"\n{result.name}: {len(result.rows)} trials\n")
-    print(result.table)
+    print(f"\n{result.table}")
     print(f"\nbest: {json.dumps(best)}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0

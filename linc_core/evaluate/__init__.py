@@ -41,6 +41,7 @@ from linc_core.evaluate.scoring import (
     Evaluation,
     error_rows,
     evaluate_policy,
+    planned_rollouts,
     score_solutions,
     summarize,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "load_benchmark",
     "main",
     "markdown_table",
+    "planned_rollouts",
     "plot_routes",
     "pyvrp_costs",
     "rows_csv",

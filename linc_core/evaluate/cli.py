@@ -61,8 +61,13 @@ from linc_core.evaluate.reporting import (
     solution_sol,
     summary_json,
 )
-from linc_core.evaluate.scoring import Evaluation, error_rows, evaluate_policy, summarize
-from linc_core.instances import Instance
+from linc_core.evaluate.scoring import (
+    Evaluation,
+    error_rows,
+    evaluate_policy,
+    planned_rollouts,
+    summarize,
+)
 from linc_core.progress import Progress
 
 # --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
@@ -159,7 +164,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
         pyvrp_seconds = args.pyvrp_seconds * len(bench.instances)
     method = f"LINC {config.label}"
-    planned = _planned_rollouts(config, bench.instances, policy.config.z_dim)
+    planned = planned_rollouts(config, bench.instances, policy.config.z_dim)
     per_instance = f", {planned // len(bench.instances)} rollouts per instance" if planned else ""
     print(f"decoding {len(bench.instances)} instances: {config.label}{per_instance}", flush=True)
     evaluation = Evaluation([], summarize([], 0.0), {})
@@ -224,25 +229,6 @@ def _report_set(bench: BenchmarkSet) -> None:
             f"value ({names}); their Gap is --",
             file=sys.stderr,
         )
-
-
-def _planned_rollouts(
-    config: DecodeConfig, instances: Sequence[Instance], z_dim: int
-) -> int | None:
-    if config.method == "sgbs":
-        return None  # the number of simulations depends on the search
-    per_copy = config.num_z
-    if config.method == "multistart":
-        per_copy = sum(
-            i.num_customers
-            if config.num_starts is None
-            else min(config.num_starts, i.num_customers)
-            for i in instances
-        )
-        return per_copy * config.augment
-    if config.method == "greedy" and z_dim == 0:
-        per_copy = 1
-    return per_copy * config.augment * len(instances)
 
 
 if __name__ == "__main__":
