@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from linc_core.evaluate.scoring import EvalRow
 from linc_core.instances import Instance
+from linc_core.plotting import new_figure, png_bytes
 
 
 def rows_csv(rows: Sequence[EvalRow]) -> bytes:
@@ -148,12 +149,9 @@ def markdown_table(
 def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: str) -> bytes:
     """PNG bytes of one solution: depot square, customers, one colour per route."""
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     locs = instance.locs[0].detach().cpu().double().numpy()
-    figure = Figure(figsize=(6, 6), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = new_figure(6, 6)
     axes = figure.add_subplot()
     cmap = matplotlib.colormaps["tab20"]
     for r, route in enumerate(solution):
@@ -166,6 +164,4 @@ def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: st
         axes.scatter(locs[:1, 0], locs[:1, 1], s=80, marker="s", color="red", zorder=4)
     axes.set_title(title, fontsize=9)
     axes.set_aspect("equal")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return png_bytes(figure, tight=False)
