@@ -55,7 +55,7 @@ def prepare_console(spec: ConsoleSpec) -> None:
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     # Tune warns when it snapshots the experiment often: every epoch of a short trial does.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    for name in ("mlflow", "ray.tune", "ray.train", "ray.air"):
+    for name in ("mlflow", "optuna", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -130,19 +130,22 @@ class TrialEvents(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.outcome[trial.trial_id] = "finished"
         result = trial.last_result or {}
+        epochs = int(result.get("epoch", 0))
         parts = []
         if _number(result.get("eval_cost")):
             cost = float(result["eval_cost"])
-            parts.append(
-                f"eval_cost={cost:.2f} ({result.get('eval_infeasible', 0):.0f} infeasible)"
-            )
+            infeasible = result.get("eval_infeasible", 0)
+            parts.append(f"eval_cost={cost:.2f} ({infeasible:.0f} infeasible)")
             if self.best is None or cost < self.best[0]:
                 self.best = (cost, self._label(trial))
-        if "epoch" in result:
-            parts.append(f"{int(result['epoch'])} epochs")
+        elif epochs < self.epochs:
+            parts.append("stopped early by the scheduler")
+        elif self.evaluates:
+            parts.append("stopped by the scheduler before its evaluation")
+        parts.append(f"{epochs} epochs")
         if _number(result.get("time_total_s")):
             parts.append(f"{result['time_total_s']:.0f} s")
-        self._event(trial, "finished: " + ", ".join(parts), always=False)
+        self._event(trial, "finished: " + ", ".join(parts))
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.retries += 1

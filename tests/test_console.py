@@ -166,3 +166,17 @@ def test_progress_writes_plain_lines_off_a_terminal() -> None:
     with Progress(10, "short", "instance", stream=quiet, interval=60) as bar:
         bar.update(10)
     assert quiet.getvalue() == ""  # a loop shorter than the interval shows nothing
+
+
+def test_a_trial_the_scheduler_stops_says_so(capsys) -> None:
+    events = TrialEvents("hpo", ConsoleSpec(), 4, label_keys=("train.learning_rate",))
+    trial = StandIn("t2", {"train": {"learning_rate": 7.5e-05}}, "TERMINATED")
+    trial.last_result = {"epoch": 1, "train_best_cost": 5.0, "time_total_s": 1.2}
+    events.on_trial_complete(0, [trial], trial)
+    trial.last_result = {"epoch": 4, "train_best_cost": 5.0, "time_total_s": 3.0}
+    events.on_trial_complete(0, [trial], trial)
+    first, second = (line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines())
+    assert first == "learning_rate=7.5e-05: finished: stopped early by the scheduler, 1 epochs, 1 s"
+    assert second.endswith(
+        "finished: stopped by the scheduler before its evaluation, 4 epochs, 3 s"
+    )
