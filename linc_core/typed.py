@@ -76,7 +76,9 @@ def check_fields(config: object) -> None:
     for name, hint in field_types(type(config)).items():
         value = getattr(config, name)
         if not _matches(value, hint):
-            raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}")
+            words = [str(a) for a in get_args(hint) if isinstance(a, str)]
+            hint_text = did_you_mean(value, words) if isinstance(value, str) else ""
+            raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}{hint_text}")
 
 
 def check_keys(

@@ -50,8 +50,7 @@ def demo(config) -> int:
         config.with_values(**{"data.source": "dataset", "data.uri": uri})
     )
     result = run_ablation(config)
-    print(f"\n{result.name}: {len(result.rows)} trials, {time.perf_counter() - started:.0f}s\n")
-    print(result.table)
+    print(f"demo: data and sweep in {time.perf_counter() - started:.0f} s\n\n{result.table}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 

@@ -132,3 +132,16 @@ def test_generate_tree_has_its_own_sweep_pointer_and_no_plan(capsys) -> None:
     assert "unknown key 'sze' (did you mean 'size'?)" in capsys.readouterr().err
     assert main(["--cfg", "plan"]) == 2
     assert "--cfg plan: expected job (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.variant=ful_linc", "got 'ful_linc' (did you mean 'full_linc'?)"),
+        ("train.protocol=ablaton", "got 'ablaton' (did you mean 'ablation'?)"),
+        ("data.eval_decoding=sampl", "got 'sampl' (did you mean 'sampling'?)"),
+    ],
+)
+def test_a_misspelt_value_names_the_value_meant(override, message, capsys) -> None:
+    assert run_cli("linc-x", ["preset=smoke", override], lambda config: 1) == 2
+    assert message in capsys.readouterr().err
