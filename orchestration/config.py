@@ -20,6 +20,7 @@ Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
 * ``ablation``: variants x seeds of the ablation sweep and the row its gaps compare to.
 * ``search``: the Optuna/ASHA hyper-parameter search.
 * ``fault``: deliberate failures, for testing retries (off by default).
+* ``console``: what a sweep prints (one line per trial event, or Tune's own output).
 """
 
 from __future__ import annotations
@@ -292,7 +293,36 @@ class FaultSpec:
         check_fields(self)
 
 
-SECTIONS = ("task", "model", "train", "data", "tracking", "cluster", "ablation", "search", "fault")
+@dataclass(frozen=True)
+class ConsoleSpec:
+    """What a sweep prints (:mod:`orchestration.console`).
+
+    Attributes:
+        verbosity: ``events`` (one line per trial event and a summary), ``quiet`` (failures
+            and the summary) or ``tune`` (Tune's own reporter and Ray's INFO logging too).
+        report_every: epochs between a trial's progress lines (0: about ten per trial).
+    """
+
+    verbosity: Literal["quiet", "events", "tune"] = "events"
+    report_every: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(self.report_every >= 0, "report_every", self.report_every, ">= 0")
+
+
+SECTIONS = (
+    "task",
+    "model",
+    "train",
+    "data",
+    "tracking",
+    "cluster",
+    "ablation",
+    "search",
+    "fault",
+    "console",
+)
 
 
 @dataclass(frozen=True)
@@ -307,6 +337,7 @@ class PlatformConfig:
     search: SearchSpec | None
     fault: FaultSpec
     raw: dict[str, Any]
+    console: ConsoleSpec = ConsoleSpec()
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
@@ -342,6 +373,7 @@ class PlatformConfig:
             search=build(SearchSpec, search, "search") if search else None,
             fault=build(FaultSpec, values.get("fault"), "fault"),
             raw=values,
+            console=build(ConsoleSpec, values.get("console"), "console"),
         )
 
     def with_values(self, **dotted: Any) -> dict[str, Any]:
@@ -373,6 +405,7 @@ __all__ = [
     "SECTIONS",
     "AblationSpec",
     "ClusterSpec",
+    "ConsoleSpec",
     "DataSpec",
     "FaultSpec",
     "ModelSpec",

@@ -21,9 +21,9 @@ from ray import tune
 
 from linc_core.atomic import write_atomic
 from orchestration.config import PlatformConfig, SearchSpec
+from orchestration.console import TUNE_VERBOSE, init_sweep_ray, trial_events
 from orchestration.datasets import open_filesystem
 from orchestration.plan import TrialPlan
-from orchestration.ray_session import init_ray
 from orchestration.tables import ablation_table, aggregate_rows, search_table
 from orchestration.tracking import ensure_experiment
 from orchestration.trainable import train_linc
@@ -96,13 +96,15 @@ def run_experiment(
     *,
     resume: bool = True,
     tune_config: tune.TuneConfig | None = None,
+    label_keys: tuple[str, ...] = ("model.variant", "train.seed"),
 ) -> Experiment:
     """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
 
-    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies.
+    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies;
+    ``label_keys`` the config keys that name a trial in the console lines.
     """
     name = sweep["name"]
-    init_ray(config.cluster.address, config.cluster.num_cpus)
+    init_sweep_ray(config)
     plan = TrialPlan.from_config(config)  # the base trial: resolves the tracking store once
     storage_path, filesystem = _storage(config)
     experiment_path = f"{storage_path.rstrip('/')}/{name}"
@@ -134,7 +136,8 @@ def run_experiment(
                 storage_filesystem=filesystem,
                 failure_config=tune.FailureConfig(max_failures=config.cluster.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-                verbose=1,
+                verbose=TUNE_VERBOSE[config.console.verbosity],
+                callbacks=[trial_events(config, name, label_keys)],
             ),
         )
     results = tuner.fit()
@@ -250,7 +253,9 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     )
     param_space = config.with_values(**search_space(spec))
     sweep = {"kind": "search"} | dataclasses.asdict(spec)
-    experiment = run_experiment(config, sweep, param_space, resume=True, tune_config=tune_config)
+    experiment = run_experiment(
+        config, sweep, param_space, tune_config=tune_config, label_keys=tuple(spec.space)
+    )
     results, parent, client = experiment.results, experiment.parent_run_id, experiment.client()
     best = results.get_best_result(metric=spec.metric, mode=spec.mode, scope="all")
     best_values = {key: _dotted_get(best.config, key) for key in spec.space}

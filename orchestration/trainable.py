@@ -176,7 +176,7 @@ def train_linc(trial_config: dict[str, Any]) -> None:
         if evaluation_instances is not None:
             instances, set_name = evaluation_instances
             final_policy = _policy_from(checkpoint_dir / CHECKPOINT_FILE, policy)
-            evaluation = evaluate_trial(final_policy, instances, run.evaluation)
+            evaluation = evaluate_trial(final_policy, instances, run.evaluation, plan.run_name)
             log_evaluation(mlflow, evaluation, instances, set_name, work_dir / "evaluation")
             last = history[-1] if history else {}
             last = {k: v for k, v in last.items() if isinstance(v, int | float)}

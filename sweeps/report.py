@@ -5,11 +5,15 @@ only; Ray is not imported).
     linc-report budget   --experiment linc-cpu
     linc-report benchmark --experiment linc-cpu
     linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
+    linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
 
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
 ``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it). ``benchmark``: per
 evaluation set and variant, the mean cost and the count of infeasible solutions. ``budget``:
-per run, epochs, wall time and parameter count.
+per run, epochs, wall time and parameter count. ``--out DIR`` writes the table as
+``DIR/TABLE.md``; for ``ablation`` also ``ablation_chart.png`` (each variant's gap to the
+reference, the reference row marked) and ``training_curves.png`` (``train_best_cost`` per
+epoch, one line per variant, thin lines per seed) (``orchestration.figures``).
 The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 (``orchestration.tracking.resolve_tracking_uri``, as the sweeps pick it).
 """
@@ -18,7 +22,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from linc_core.atomic import write_atomic
 
 
 def trial_runs(tracking_uri: str, experiment: str, sweep: str | None) -> list[Any]:
@@ -41,6 +48,7 @@ def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
         metrics, tags = run.data.metrics, run.data.tags
         rows.append(
             {
+                "run_id": run.info.run_id,
                 "variant": tags.get("variant"),
                 "seed": tags.get("seed"),
                 "sweep": tags.get("sweep"),
@@ -92,23 +100,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--compare-to", default="full_linc", help="the variant the ablation's gaps are relative to"
     )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write the table (and ablation's figures) here"
+    )
     args = parser.parse_args(argv)
     from orchestration.tables import ablation_table
     from orchestration.tracking import resolve_tracking_uri
 
-    rows = run_rows(
-        trial_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, args.sweep)
-    )
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    rows = run_rows(trial_runs(tracking_uri, args.experiment, args.sweep))
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
+    compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
     if args.table == "ablation":
-        variants = {r["variant"] for r in rows}
-        print(ablation_table(rows, args.compare_to if args.compare_to in variants else None))
+        table = ablation_table(rows, compare_to)
     elif args.table == "benchmark":
-        print(benchmark_table(rows))
+        table = benchmark_table(rows)
     else:
-        print(budget_table(rows))
+        table = budget_table(rows)
+    print(table)
+    if args.out is not None:
+        files = {f"{args.table}_table.md": (table + "\n").encode()}
+        if args.table == "ablation":
+            charts = ablation_figures(tracking_uri, rows, compare_to)
+            files |= {name: chart.png for name, chart in charts.items()}
+        for name, data in files.items():
+            write_atomic(args.out / name, data)
+        print(f"wrote {', '.join(str(args.out / name) for name in files)}")
     return 0
+
+
+def ablation_figures(
+    tracking_uri: str, rows: Sequence[dict[str, Any]], compare_to: str | None
+) -> dict[str, Any]:
+    """``{file name: Chart}``: ``ablation_chart.png`` (when the reference variant ran) and
+    ``training_curves.png`` from the trial runs' ``train_best_cost`` histories."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.figures import ablation_chart, training_curves
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    histories: dict[str, dict[Any, list[tuple[int, float]]]] = {}
+    for row in rows:
+        history = client.get_metric_history(row["run_id"], "train_best_cost")
+        points = [(int(m.step), float(m.value)) for m in history]
+        histories.setdefault(row["variant"], {})[row["seed"]] = points
+    figures = {"training_curves.png": training_curves(histories, reference=compare_to)}
+    if compare_to is not None:
+        figures["ablation_chart.png"] = ablation_chart(rows, compare_to)
+    return figures
 
 
 if __name__ == "__main__":

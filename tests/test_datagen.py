@@ -100,7 +100,9 @@ def s3_server() -> Iterator[str]:
 def test_config_rejects_unknown_keys_and_bad_values() -> None:
     with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['shards'\]"):
         config("x", shards=3)
-    with pytest.raises(ConfigError, match=r"^task: expected one of \(.*\), got 'vrp'$"):
+    with pytest.raises(
+        ConfigError, match=r"^task: expected one of \(.*\), got 'vrp' \(did you mean 'cvrp'\?\)$"
+    ):
         config("x", task="vrp")
     with pytest.raises(ConfigError, match=r"^cpus_per_worker: expected > 0, got 0.0$"):
         config("x", cpus_per_worker=0)
