@@ -103,6 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=None, help="write the table (and ablation's figures) here"
     )
+    parser.add_argument(
+        "--reference-curves",
+        type=Path,
+        default=None,
+        help="ablation: compare the sweep's training curves with the reference implementation's "
+        "published ones (a JSON of score_by_epoch per variant)",
+    )
+    parser.add_argument(
+        "--reference-seed", type=int, default=1234, help="the seed of the reference curves"
+    )
     args = parser.parse_args(argv)
     from orchestration.tables import ablation_table
     from orchestration.tracking import resolve_tracking_uri
@@ -112,43 +122,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
     compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
+    files: dict[str, bytes] = {}
     if args.table == "ablation":
+        from mlflow.tracking import MlflowClient
+
+        from orchestration.ablation_report import collect, report_files
+
         table = ablation_table(rows, compare_to)
+        data = collect(MlflowClient(tracking_uri=tracking_uri), rows)
+        files = report_files(data, compare_to)
+        table += "\n\n" + files["ablation_statistics.md"].decode().rstrip()
+        if args.reference_curves is not None:
+            check = reference_curve_check(
+                data.histories, args.reference_curves, args.reference_seed
+            )
+            files["reference_curves.md"] = (check + "\n").encode()
+            table += "\n\n" + check
     elif args.table == "benchmark":
         table = benchmark_table(rows)
     else:
         table = budget_table(rows)
     print(table)
     if args.out is not None:
-        files = {f"{args.table}_table.md": (table + "\n").encode()}
-        if args.table == "ablation":
-            charts = ablation_figures(tracking_uri, rows, compare_to)
-            files |= {name: chart.png for name, chart in charts.items()}
+        files = {f"{args.table}_table.md": (table + "\n").encode()} | files
         for name, data in files.items():
             write_atomic(args.out / name, data)
         print(f"wrote {', '.join(str(args.out / name) for name in files)}")
     return 0
 
 
-def ablation_figures(
-    tracking_uri: str, rows: Sequence[dict[str, Any]], compare_to: str | None
-) -> dict[str, Any]:
-    """``{file name: Chart}``: ``ablation_chart.png`` (when the reference variant ran) and
-    ``training_curves.png`` from the trial runs' ``train_best_cost`` histories."""
-    from mlflow.tracking import MlflowClient
+def reference_curve_check(
+    histories: dict[str, dict[int, list[tuple[int, float]]]], path: Path, seed: int
+) -> str:
+    """Markdown: each variant of a reference-curves file (``{"runs": {variant:
+    {"score_by_epoch": [...]}}}``, the reference implementation's published curves) against the
+    sweep's ``seed`` run of that variant: the last shared epoch's scores and the largest relative
+    deviation over the shared epochs."""
+    import json
 
-    from orchestration.figures import ablation_chart, training_curves
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    histories: dict[str, dict[Any, list[tuple[int, float]]]] = {}
-    for row in rows:
-        history = client.get_metric_history(row["run_id"], "train_best_cost")
-        points = [(int(m.step), float(m.value)) for m in history]
-        histories.setdefault(row["variant"], {})[row["seed"]] = points
-    figures = {"training_curves.png": training_curves(histories, reference=compare_to)}
-    if compare_to is not None:
-        figures["ablation_chart.png"] = ablation_chart(rows, compare_to)
-    return figures
+    runs = json.loads(path.read_text())["runs"]
+    lines = [
+        f"| Variant (seed {seed}) | Epoch | Ours | Reference | Difference (%) | "
+        "Largest deviation over epochs (%) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for variant, curve in runs.items():
+        ours = dict(histories.get(variant, {}).get(seed, []))
+        reference = {e + 1: v for e, v in enumerate(curve["score_by_epoch"])}
+        shared = sorted(set(ours) & set(reference))
+        if not shared:
+            lines.append(f"| {variant} | - | - | - | - | no run of seed {seed} |")
+            continue
+        deviation = [100.0 * (ours[e] - reference[e]) / reference[e] for e in shared]
+        last = shared[-1]
+        lines.append(
+            f"| {variant} | {last} | {ours[last]:.2f} | {reference[last]:.2f} | "
+            f"{deviation[-1]:+.2f} | {max(deviation, key=abs):+.2f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -75,3 +75,18 @@ def test_report_from_mlflow_has_intervals_signs_and_pngs(tmp_path) -> None:
 def test_evaluation_costs_keep_feasible_rows_only() -> None:
     text = "instance,feasible,cost\nA,True,1.5\nB,False,nan\nC,True,2\n"
     assert evaluation_costs(text) == {"A": 1.5, "C": 2.0}
+
+
+def test_reference_curve_check_compares_the_seed_run_epoch_by_epoch(tmp_path) -> None:
+    import json
+
+    from sweeps.report import reference_curve_check
+
+    path = tmp_path / "curves.json"
+    path.write_text(json.dumps({"runs": {"full_linc": {"score_by_epoch": [100.0, 80.0, 50.0]}}}))
+    histories = {"full_linc": {1234: [(1, 104.0), (2, 80.0), (3, 49.0)], 7: [(1, 1.0)]}}
+    table = reference_curve_check(histories, path, 1234)
+    row = table.splitlines()[2]
+    # epoch 3: 49 vs 50 is -2%; the largest deviation over epochs is epoch 1's +4%
+    assert row == "| full_linc | 3 | 49.00 | 50.00 | -2.00 | +4.00 |"
+    assert "no run of seed 5" in reference_curve_check(histories, path, 5)
