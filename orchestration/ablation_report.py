@@ -63,14 +63,19 @@ def evaluation_costs(csv_text: str) -> dict[str, float]:
 
 def collect(client: Any, rows: Sequence[Mapping[str, Any]]) -> AblationData:
     """Per-instance costs and training curves of the trial runs ``rows`` (each with a
-    ``run_id``), read through an ``MlflowClient``."""
+    ``run_id``), read through an ``MlflowClient``. A run without an ``evaluation_rows.csv``
+    contributes its curve only: its variant gets no paired gap."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     data = AblationData([dict(r) for r in rows])
     for row in data.rows:
         variant, seed = row["variant"], int(row["seed"])
-        path = client.download_artifacts(row["run_id"], EVALUATION_ROWS)
-        with open(path, encoding="utf-8") as handle:
-            data.costs.setdefault(variant, {})[seed] = evaluation_costs(handle.read())
+        try:
+            path = client.download_artifacts(row["run_id"], EVALUATION_ROWS)
+        except Exception:  # noqa: BLE001 - a run logged without per-instance rows (older runs)
+            path = None
+        if path is not None:
+            with open(path, encoding="utf-8") as handle:
+                data.costs.setdefault(variant, {})[seed] = evaluation_costs(handle.read())
         history = client.get_metric_history(row["run_id"], CURVE_METRIC)
         points = sorted((int(m.step), float(m.value)) for m in history)
         data.histories.setdefault(variant, {})[seed] = points
@@ -149,13 +154,13 @@ def statistics_csv(stats: Sequence[VariantStatistics]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]:
-    """``{file name: bytes}`` of the report (module docstring)."""
-    stats = statistics(data, compare_to)
-    files = {
-        "ablation_statistics.md": (statistics_markdown(stats, compare_to) + "\n").encode(),
-        "ablation_statistics.csv": statistics_csv(stats),
-    }
+def report_charts(
+    data: AblationData, compare_to: str | None, stats: Sequence[VariantStatistics] | None = None
+) -> dict[str, Chart]:
+    """``{file name: Chart}`` of the report's figures (module docstring); ``stats`` as
+    :func:`statistics` returns them, computed when not given."""
+    if stats is None:
+        stats = statistics(data, compare_to)
     charts: dict[str, Chart] = {
         "training_curves.png": training_curves(data.histories, reference=compare_to)
     }
@@ -170,14 +175,25 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
             data.rows, compare_to, gaps=gaps, intervals=intervals
         )
         charts["pairwise_curves.png"] = pairwise_curves(data.histories, compare_to)
-    files |= {name: chart.png for name, chart in charts.items()}
-    return files
+    return charts
+
+
+def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]:
+    """``{file name: bytes}`` of the report (module docstring)."""
+    stats = statistics(data, compare_to)
+    files = {
+        "ablation_statistics.md": (statistics_markdown(stats, compare_to) + "\n").encode(),
+        "ablation_statistics.csv": statistics_csv(stats),
+    }
+    charts = report_charts(data, compare_to, stats)
+    return files | {name: chart.png for name, chart in charts.items()}
 
 
 __all__ = [
     "AblationData",
     "collect",
     "evaluation_costs",
+    "report_charts",
     "report_files",
     "statistics",
     "statistics_csv",

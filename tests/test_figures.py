@@ -10,12 +10,12 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from orchestration.ablation_report import collect, report_charts
 from orchestration.figures import ablation_chart, training_curves
 from orchestration.tables import aggregate_rows
-from sweeps.report import ablation_figures, run_rows, trial_runs
 from sweeps.report import main as report_main
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+from sweeps.report import run_rows, trial_runs
+from tests.conftest import PNG_MAGIC
 
 
 def _image(png: bytes):
@@ -82,6 +82,8 @@ def test_linc_report_ablation_out_writes_the_table_and_both_figures(tmp_path, ca
         curve = [Metric("train_best_cost", cost + 50 - 10 * e, 0, e) for e in (1, 2, 3)]
         finals = [Metric("eval_cost", cost, 0, 3), Metric("eval_infeasible", 0.0, 0, 3)]
         client.log_batch(run.info.run_id, metrics=curve + finals)
+        rows_csv = f"instance,feasible,cost\nR101,True,{cost}\n"
+        client.log_text(run.info.run_id, rows_csv, "evaluation_rows.csv")
         client.set_terminated(run.info.run_id, "FINISHED")
     out = tmp_path / "report"
     args = ["--tracking-uri", uri, "--experiment", "linc-test", "--sweep", "ablation-test"]
@@ -91,17 +93,24 @@ def test_linc_report_ablation_out_writes_the_table_and_both_figures(tmp_path, ca
     assert table.strip() in printed
     _image((out / "training_curves.png").read_bytes())
     _image((out / "ablation_chart.png").read_bytes())
-    # the chart's bars are the table's Gap column; the curves the seeds' mean per epoch
+    # the chart's bars are the statistics table's paired Gap column; the curves the seeds' mean
     rows = run_rows(trial_runs(uri, "linc-test", "ablation-test"))
-    charts = ablation_figures(uri, rows, "full_linc")
+    charts = report_charts(collect(client, rows), "full_linc")
+    statistics = (out / "ablation_statistics.md").read_text()
     gaps = {
-        line.split(" | ")[0].lstrip("| "): float(line.split(" | ")[2])
-        for line in table.splitlines()[2:]
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")[3]
+        for line in statistics.split("\n\n")[0].splitlines()[2:]
     }
-    assert gaps == {"Baseline": 4.48, "Full LINC": 0.0}  # 420 vs the mean 402
+    assert gaps == {"Full LINC": "+0.00", "Baseline": "+5.00"}  # paired on seed 1: 420 vs 400
     bars = charts["ablation_chart.png"].values
-    assert bars == {"Baseline": pytest.approx(100 * 18 / 402), "Full LINC (reference)": 0.0}
-    assert round(bars["Baseline"], 2) == gaps["Baseline"]
+    assert bars["Baseline"] == pytest.approx(5.0)
+    assert bars["Full LINC (reference)"] == 0.0
+    # the paper-shaped table's gap is of the means over each variant's seeds: 420 vs 402
+    overview = table.split("\n\n")[0].splitlines()[2:]
+    assert {line.split(" | ")[0].lstrip("| "): line.split(" | ")[2] for line in overview} == {
+        "Baseline": "+4.48",
+        "Full LINC": "+0.00",
+    }
     assert charts["training_curves.png"].values == {
         "Full LINC (reference)": [(1, 442.0), (2, 432.0), (3, 422.0)],
         "Baseline": [(1, 460.0), (2, 450.0), (3, 440.0)],
