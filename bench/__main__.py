@@ -41,6 +41,12 @@ def run_train(quick: bool) -> list[dict]:
     return bench_train(repeats=1 if quick else 3)
 
 
+def run_memory(quick: bool) -> list[dict]:
+    from bench.bench_memory import bench_memory
+
+    return bench_memory(quick)
+
+
 def run_datagen(quick: bool) -> list[dict]:
     from bench.bench_datagen import bench_datagen
 
@@ -63,6 +69,7 @@ BENCHMARKS = {
     "env": run_env,
     "generator": run_generator,
     "train": run_train,
+    "memory": run_memory,
     "datagen": run_datagen,
     "platform": run_platform,
     "decode": run_decode,

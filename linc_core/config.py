@@ -209,7 +209,7 @@ class TrainConfig:
             ``seed``, replayed: a run then starts where the reference's run with that seed
             starts; CVRPTW LINC models only).
         morph_epochs: score morphing from a frozen policy's scores, lambda 0 -> 1 over this many
-            epochs (0 = off; needs a reference checkpoint).
+            epochs (0 = off; needs the frozen policy's checkpoint, ``--morph-from``).
         validation_size, validation_every: size of the fixed seeded validation set and how
             often (epochs) it is decoded greedily per z.
     """

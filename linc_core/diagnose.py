@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +39,20 @@ import torch
 from torch import Tensor
 
 from linc_core.atomic import write_atomic
-from linc_core.cli_flags import add_policy_run_flags, apply_runtime_flags
+from linc_core.cli_flags import (
+    CommandLineError,
+    add_policy_run_flags,
+    apply_runtime_flags,
+    load_policy,
+    load_set,
+)
 from linc_core.decode.best_of_k import make_rows
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
 from linc_core.model.sampling import greedy
 from linc_core.model.scorer import feasible_customers, feasible_stats, feature_major
+from linc_core.plotting import new_figure, png_bytes
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState
 from linc_core.problems.rollout import complete_rollouts, start_rollouts
@@ -265,7 +273,13 @@ def run_diagnostics(
             z = rows.z(num_z, policy.config.z_dim, seed) if policy.config.z_dim > 0 else None
             env = make_env(rows.instance, num_z)
             chooser = PolicyChooser(
-                policy, env, policy.encode(rows.instance), z, greedy, track_log_likelihood=False
+                policy,
+                env,
+                policy.encode(rows.instance),
+                z,
+                greedy,
+                track_log_likelihood=False,
+                skip_forced=False,  # the probes read every rollout's scorer inputs
             )
 
             def choose(state: RolloutState, step: int, chooser: PolicyChooser = chooser) -> Tensor:
@@ -280,27 +294,9 @@ def run_diagnostics(
 
 
 # ---------------------------------------------------------------------- plots
-def _figure(width: float = 9.0, height: float = 4.0):  # noqa: ANN202
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _png(figure) -> bytes:  # noqa: ANN001
-    import io
-
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
 def plot_translation_probe(result: dict) -> bytes:
     probe = result["translation_probe"]
-    figure = _figure()
+    figure = new_figure()
     left, right = figure.subplots(1, 2)
     for key, label in (("centred", "centred (LINC)"), ("raw", "raw (no centring)")):
         left.plot(probe["offsets"], probe[f"tv_drift_{key}"], "o-", label=label)
@@ -309,12 +305,12 @@ def plot_translation_probe(result: dict) -> bytes:
     right.set(xlabel="shared feature offset", ylabel="top-1 flip rate")
     left.legend()
     figure.suptitle(f"Common-translation probe ({result['decisions']} decisions)")
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def plot_modulation(result: dict) -> bytes:
     mod = result["modulation"]
-    figure = _figure()
+    figure = new_figure()
     left, right = figure.subplots(1, 2)
     x = mod["progress_bin_centres"]
     nan = [math.nan if v is None else v for v in mod["alpha_mean"]]
@@ -324,7 +320,7 @@ def plot_modulation(result: dict) -> bytes:
     right.plot(x, share, "o-", color="tab:orange")
     right.set(xlabel="construction progress (served / n)", ylabel="local-score share", ylim=(0, 1))
     figure.suptitle("Summary modulation over construction progress")
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def plot_comparator_weights(result: dict) -> bytes:
@@ -339,7 +335,7 @@ def plot_comparator_weights(result: dict) -> bytes:
         )
         if n > 0
     ]
-    figure = _figure(10.0, 4.0)
+    figure = new_figure(10.0, 4.0)
     axes = figure.add_subplot()
     features = weights["features"]
     width = 0.8 / max(len(groups), 1)
@@ -351,7 +347,7 @@ def plot_comparator_weights(result: dict) -> bytes:
     axes.axhline(0.0, color="black", linewidth=0.5)
     axes.legend(fontsize=7)
     figure.suptitle("Local comparator weights by feasible-set size")
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def write_outputs(result: dict, out: Path) -> list[Path]:
@@ -382,13 +378,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from linc_core.evaluate import load_benchmark
-    from linc_core.train.loop import policy_from_checkpoint
-
     apply_runtime_flags(args)
     offsets = [float(o) for o in args.offsets.split(",")]
-    policy, _ = policy_from_checkpoint(args.checkpoint, args.device)
-    bench = load_benchmark(args.benchmark, limit=args.limit)
+    try:
+        policy, _ = load_policy(args)
+        bench = load_set(args)
+    except CommandLineError as err:
+        print(f"linc-diagnose: {err}", file=sys.stderr)
+        return 2
     for name, message in bench.errors:
         print(f"skipped {name}: {message}")
     sizes = {i.num_nodes for i in bench.instances}

@@ -33,6 +33,7 @@ from linc_core.instances import Instance
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.presets import variant_configs
 from linc_core.protocols import protocol_named
+from linc_core.seeding import derive_seed
 from linc_core.train.data import (
     FixedData,
     GeneratedData,
@@ -58,14 +59,17 @@ class DataSource:
             ``solomon50`` (the 56 Solomon-100 instances cut to their first 50 customers).
         problem, num_customers: the task; generated instances have ``num_customers``.
         seed: the seed of the batch stream: the base seed of generated batches, or the seed of
-            a fixed set's per-epoch shuffle.
+            a fixed set's per-epoch shuffle. None: the stream follows the run's training seed,
+            ``derive_seed(train.seed, "data")`` (``resolve_run`` fills it in), so the replicates
+            of a multi-seed sweep are independent in their data too and the variants of one
+            seed see the same batches.
         uri: the data set of ``source=dataset`` (a local folder or ``s3://...``).
     """
 
     source: Literal["generated", "dataset", "solomon50"] = "generated"
     problem: ProblemName = "cvrptw"
     num_customers: int = 20
-    seed: int = 0
+    seed: int | None = None
     uri: str | None = None
 
     def __post_init__(self) -> None:
@@ -166,7 +170,7 @@ def resolve_run(
     train: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
     validation: Literal["generated", "training_set"] = "generated",
-    validation_seed: int = 0,
+    validation_seed: int | None = None,
     evaluation: EvaluationSource | None = None,
 ) -> RunPlan:
     """The plan of a run of preset ``variant`` on ``data``.
@@ -179,7 +183,8 @@ def resolve_run(
         train, model: explicit ``TrainConfig`` settings and ``ModelConfig`` overrides; every
             variant gets them except where it sets that switch itself.
         validation: ``generated``: ``train.validation_size`` instances of the task drawn with
-            ``validation_seed`` (none for size 0); ``training_set``: the fixed training set.
+            ``validation_seed`` (none for size 0; None: ``derive_seed(train.seed,
+            "validation-set")``); ``training_set``: the fixed training set.
         evaluation: the final evaluation (default: none).
 
     Raises:
@@ -204,6 +209,10 @@ def resolve_run(
             raise ConfigError(f"train.init: 'reference' is not for this model: {reason}")
         if reason is not None:  # the protocol's default: only where the reference builds it
             train_config = dataclasses.replace(train_config, init="linc")
+    if data.seed is None:
+        data = dataclasses.replace(data, seed=derive_seed(train_config.seed, "data"))
+    if validation_seed is None:
+        validation_seed = derive_seed(train_config.seed, "validation-set")
     if train_config.multi_start:  # POMO: rollout k starts at customer k, so K <= customers
         rollouts = min(train_config.num_rollouts, data.customers_per_instance)
         train_config = dataclasses.replace(train_config, num_rollouts=rollouts)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linc_core.config import CONSEQUENCE_FEATURES, ModelConfig, ProblemName, TrainConfig
-from linc_core.typed import ConfigError, build, check_keys
+from linc_core.typed import ConfigError, build, check_keys, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ ABLATION_VARIANTS: tuple[str, ...] = (
 def preset_named(name: str) -> Preset:
     """``PRESETS[name]``; an unknown name is a :class:`~linc_core.typed.ConfigError`."""
     if name not in PRESETS:
-        raise ConfigError(f"model.variant: expected one of {sorted(PRESETS)}, got {name!r}")
+        hint = did_you_mean(str(name), PRESETS)
+        raise ConfigError(f"model.variant: expected one of {sorted(PRESETS)}, got {name!r}{hint}")
     return PRESETS[name]
 
 

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from linc_core.presets import ABLATION_VARIANTS, PRESETS
-from linc_core.typed import ConfigError
+from linc_core.typed import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ VARIANT_LISTS: dict[str, tuple[str, ...]] = {"paper": ABLATION_VARIANTS}
 def protocol_named(name: str) -> TrainingProtocol:
     """``PROTOCOLS[name]``; an unknown name is a ``ConfigError`` naming ``train.protocol``."""
     if name not in PROTOCOLS:
-        raise ConfigError(f"train.protocol: expected one of {sorted(PROTOCOLS)}, got {name!r}")
+        known, hint = sorted(PROTOCOLS), did_you_mean(str(name), PROTOCOLS)
+        raise ConfigError(f"train.protocol: expected one of {known}, got {name!r}{hint}")
     return PROTOCOLS[name]
 
 

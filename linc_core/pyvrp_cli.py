@@ -1,11 +1,18 @@
-"""``linc-solve``: solve one benchmark file with PyVRP and print the verified result.
+"""``linc-solve``: solve one benchmark file with PyVRP, or re-verify a solution file.
 
     linc-solve INSTANCE --seconds S [--seed N] [--convention auto|exact|dimacs|tsplib|cvrplib]
+    linc-solve --verify FILE.sol [INSTANCE] [--convention ...]
 
-(also ``python -m linc_core.pyvrp_cli``). The file format comes from the extension or the
-header; ``auto`` takes the benchmark's own convention. When the file sits in a named benchmark
-folder with a ``bks.csv``, the gap to the best-known value is printed too. Routes are printed
-in CVRPLIB's solution-file syntax.
+(also ``python -m linc_core.pyvrp_cli``). The reader comes from the extension (``.txt``
+Solomon, ``.tsp`` TSPLIB, ``.vrp`` CVRPLIB, any case) and a file it cannot read is refused
+with the reader's own reason; ``auto`` takes the benchmark's own convention. When the file sits
+in a named benchmark folder with a ``bks.csv``, the gap to the best-known value is printed too.
+Routes are printed in CVRPLIB's solution-file syntax.
+
+``--verify`` checks a CVRPLIB-style ``.sol`` file (``Route #i:`` lines, ``Cost``, optionally
+``Instance PATH`` and ``Convention NAME`` lines, as ``linc-eval`` writes them into
+``routes/``) against its instance with the independent verifier: feasibility, and the cost
+recomputed under the convention against the file's ``Cost``.
 """
 
 from __future__ import annotations
@@ -16,9 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from linc_core.benchmarks import BENCHMARKS, load_bks
-from linc_core.instances import Instance, read_cvrplib, read_solomon, read_tsplib
+from linc_core.instances import (
+    Instance,
+    read_cvrplib,
+    read_solomon,
+    read_solution,
+    read_tsplib,
+)
 from linc_core.pyvrp_solver import PyVRPError, solve_with_pyvrp
-from linc_core.verify import CONVENTIONS, convention_for
+from linc_core.verify import CONVENTIONS, convention_for, verify_instance
 
 # File formats the command line recognises, and the benchmark family each one belongs to
 # (the family decides the ``auto`` convention through ``verify.convention_for``).
@@ -30,35 +43,32 @@ _COST_DECIMALS = {"exact": 4, "dimacs": 1, "tsplib": 0, "cvrplib": 0}
 
 
 def detect_format(path: Path) -> str:
-    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension and header.
+    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension (any case).
 
     Raises:
-        ValueError: The file is none of the three formats.
+        ValueError: The extension is none of ``.txt``, ``.tsp``, ``.vrp``.
     """
-    suffix = path.suffix.lower()
-    if suffix == ".tsp":
-        return "tsplib"
-    if suffix == ".vrp":
-        return "cvrplib"
-    with path.open(errors="replace") as handle:
-        head = handle.read(2000).upper()
-    # Without a telling extension, fall back on the header: Solomon files carry a VEHICLE and a
-    # CUSTOMER section, VRPLIB files a "TYPE :" line.
-    if "CUSTOMER" in head and "VEHICLE" in head:
-        return "solomon"
-    compact = head.replace(" ", "").replace("\t", "")
-    if "TYPE:TSP" in compact:
-        return "tsplib"
-    if "TYPE:CVRP" in compact:
-        return "cvrplib"
-    raise ValueError(f"{path}: not a Solomon (.txt), TSPLIB (.tsp) or CVRPLIB (.vrp) file.")
+    file_format = _FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    if file_format is None:
+        raise ValueError(
+            f"{path}: extension {path.suffix or '(none)'!r} is not one linc reads: "
+            ".txt (Solomon), .tsp (TSPLIB) or .vrp (CVRPLIB)"
+        )
+    return file_format
 
 
+_FORMAT_BY_SUFFIX = {".txt": "solomon", ".tsp": "tsplib", ".vrp": "cvrplib"}
 _READERS: dict[str, Callable[[Path], Instance]] = {
     "solomon": read_solomon,
     "tsplib": read_tsplib,
     "cvrplib": read_cvrplib,
 }
+
+
+def read_instance(path: Path) -> tuple[str, Instance]:
+    """(format, instance) of a benchmark file; the reader's own error when it cannot read it."""
+    file_format = detect_format(path)
+    return file_format, _READERS[file_format](path)
 
 
 def _best_known(path: Path, name: str) -> tuple[float, str] | None:
@@ -87,22 +97,37 @@ def _best_known(path: Path, name: str) -> tuple[float, str] | None:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="linc-solve",
-        description="Solve one Solomon, TSPLIB or CVRPLIB file with PyVRP and verify the result.",
+        description="Solve one Solomon, TSPLIB or CVRPLIB file with PyVRP and verify the result, "
+        "or re-verify a solution file (--verify).",
     )
-    parser.add_argument("instance", type=Path, help="path to a .txt (Solomon), .tsp or .vrp file")
-    parser.add_argument("--seconds", type=float, required=True, help="PyVRP time limit")
+    parser.add_argument(
+        "instance",
+        type=Path,
+        nargs="?",
+        help="a .txt (Solomon), .tsp or .vrp file (with --verify: default the .sol's Instance)",
+    )
+    parser.add_argument("--seconds", type=float, help="PyVRP time limit (required to solve)")
     parser.add_argument("--seed", type=int, default=0, help="PyVRP random seed (default 0)")
+    parser.add_argument(
+        "--verify",
+        type=Path,
+        metavar="FILE.sol",
+        help="check this CVRPLIB-style solution instead of solving (as linc-eval writes them)",
+    )
     parser.add_argument(
         "--convention",
         choices=("auto", *CONVENTIONS),
         default="auto",
-        help="cost convention; auto = the benchmark's own (Solomon: dimacs, TSPLIB: tsplib, "
-        "CVRPLIB: cvrplib)",
+        help="cost convention; auto = the .sol's Convention line, else the benchmark's own "
+        "(Solomon: dimacs, TSPLIB: tsplib, CVRPLIB: cvrplib)",
     )
     parser.add_argument(
         "--scale", type=int, default=None, help="integer scale of lengths and times (advanced)"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.verify is None and (args.instance is None or args.seconds is None):
+        parser.error("give INSTANCE --seconds S to solve, or --verify FILE.sol to check")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,10 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         solution could be produced (unreadable file, PyVRP found nothing feasible).
     """
     args = _parse_args(argv)
+    if args.verify is not None:
+        return verify_solution_file(args.verify, args.instance, args.convention)
     path: Path = args.instance
     try:
-        file_format = detect_format(path)
-        instance = _READERS[file_format](path)
+        file_format, instance = read_instance(path)
         convention = (
             convention_for(_FORMAT_BENCHMARK[file_format])
             if args.convention == "auto"
@@ -161,6 +187,69 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"violation: {violation.kind}: {violation.detail}", file=sys.stderr)
         return 1
     return 0
+
+
+def verify_solution_file(sol: Path, instance_path: Path | None, convention: str) -> int:
+    """``linc-solve --verify``: 0 feasible (and the file's cost reproduced), 1 infeasible or
+    another cost, 2 when the files cannot be read."""
+    try:
+        routes = read_solution(sol)
+        fields = _solution_fields(sol)
+        if instance_path is None:
+            if "instance" not in fields:
+                raise ValueError(
+                    f"{sol}: no 'Instance' line; give the instance: "
+                    f"linc-solve INSTANCE --verify {sol}"
+                )
+            instance_path = sol.parent / Path(fields["instance"])  # an absolute one wins
+        file_format, instance = read_instance(instance_path)
+        if convention == "auto":
+            convention = fields.get("convention") or convention_for(_FORMAT_BENCHMARK[file_format])
+        if convention not in CONVENTIONS:
+            raise ValueError(f"{sol}: Convention {convention!r}: expected one of {CONVENTIONS}")
+    except (OSError, ValueError) as error:
+        print(f"linc-solve: {error}", file=sys.stderr)
+        return 2
+    solution = routes if instance.problem != "tsp" else [[c for r in routes for c in r]]
+    result = verify_instance(instance, 0, solution, convention=convention)
+    decimals = _COST_DECIMALS[convention]
+    print(f"solution: {sol}")
+    print(f"instance: {instance_path} ({file_format}, {instance.problem})")
+    print(f"convention: {convention}")
+    status = "feasible" if result.feasible else "INFEASIBLE"
+    print(f"cost: {result.cost:.{decimals}f} (verified, {status})")
+    print(f"routes: {result.num_routes}")
+    agrees = True
+    if "cost" in fields:
+        stated = fields["cost"]
+        tolerance = 0.5 * 10.0 ** -_decimals(stated) + 1e-9 * abs(result.cost)
+        agrees = abs(float(stated) - result.cost) <= tolerance
+        print(f"file cost: {stated} ({'reproduced' if agrees else 'NOT reproduced'})")
+    for violation in result.violations:
+        print(f"violation: {violation.kind}: {violation.detail}", file=sys.stderr)
+    return 0 if result.feasible and agrees else 1
+
+
+def _solution_fields(sol: Path) -> dict[str, str]:
+    """The ``Key value`` lines of a ``.sol`` file besides its routes, keys lower-cased."""
+    fields = {}
+    for line in sol.read_text().splitlines():
+        text = line.strip()
+        if text and not text.startswith("#") and not text.startswith("Route"):
+            key, _, value = text.partition(" ")
+            fields[key.rstrip(":").lower()] = value.strip()
+    if "cost" in fields:
+        try:
+            float(fields["cost"])
+        except ValueError:
+            raise ValueError(f"{sol}: Cost {fields['cost']!r} is not a number") from None
+    return fields
+
+
+def _decimals(number: str) -> int:
+    """Decimals a number was written with (``827.3`` -> 1): the precision of a stated cost."""
+    mantissa = number.lower().split("e")[0]
+    return len(mantissa.split(".")[1]) if "." in mantissa else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Hydra config, a checkpoint's saved config, a Tune trial's config) into such a da
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import numbers
 import types
@@ -30,6 +31,17 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration that cannot run: names the section, key and value at fault."""
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the known word closest to ``word`` (ties: all), or ``""``.
+
+    A typo'd key or option should point at the word meant, not at a list to search.
+    """
+    scored = [(difflib.SequenceMatcher(None, word, k).ratio(), k) for k in sorted(set(known))]
+    best = max((score for score, _ in scored), default=0.0)
+    close = [k for score, k in scored if score >= max(best, 0.6) - 0.02]
+    return f" (did you mean {' or '.join(repr(c) for c in close[:3])}?)" if close else ""
 
 
 def require(condition: bool, key: str, value: object, expected: str) -> None:
@@ -64,7 +76,9 @@ def check_fields(config: object) -> None:
     for name, hint in field_types(type(config)).items():
         value = getattr(config, name)
         if not _matches(value, hint):
-            raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}")
+            words = [str(a) for a in get_args(hint) if isinstance(a, str)]
+            hint_text = did_you_mean(value, words) if isinstance(value, str) else ""
+            raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}{hint_text}")
 
 
 def check_keys(
@@ -82,7 +96,10 @@ def check_keys(
     known = {f.name for f in dataclasses.fields(cls)} - set(exclude)
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"{_label(section)}unknown key(s) {unknown}; known: {sorted(known)}")
+        hint = did_you_mean(unknown[0], known)
+        raise ConfigError(
+            f"{_label(section)}unknown key(s) {unknown}{hint}; known: {sorted(known)}"
+        )
     if required:
         missing = sorted(
             f.name
@@ -206,6 +223,7 @@ __all__ = [
     "build",
     "check_fields",
     "check_keys",
+    "did_you_mean",
     "field_types",
     "literal_values",
     "require",

@@ -20,6 +20,7 @@ Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
 * ``ablation``: variants x seeds of the ablation sweep and the row its gaps compare to.
 * ``search``: the Optuna/ASHA hyper-parameter search.
 * ``fault``: deliberate failures, for testing retries (off by default).
+* ``console``: what a sweep prints (one line per trial event, or Tune's own output).
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ class DataSpec:
             ``dataset`` (a Parquet data set written by ``linc-generate`` at ``uri``) or
             ``solomon50`` (the ablation protocol: the 56 Solomon instances cut to 50 customers).
         uri: the data set for ``source=dataset`` (local folder or ``s3://...``).
-        seed: base seed of generated batches, of the shuffle of a fixed set, of the validation
-            set and of the final evaluation's decoding.
+        seed: base seed of the training batches (generated ones, or a fixed set's per-epoch
+            shuffle) and of the validation set, the same for every trial; null (the default):
+            they follow each trial's ``train.seed`` as ``linc-train``'s do (the variants of one
+            seed see the same batches, the seeds of a sweep are independent replicates). The
+            final evaluation's decoding seed derives from it (0 when null): every trial of a
+            sweep decodes each instance with the same z-vectors.
         eval_source: what the final checkpoint is evaluated on: ``validation`` (the validation
             set), ``dataset`` (``eval_uri``), ``solomon50`` or ``none``.
         eval_uri: the evaluation data set for ``eval_source=dataset``.
@@ -82,7 +87,7 @@ class DataSpec:
 
     source: Literal["generated", "dataset", "solomon50"] = "generated"
     uri: str | None = None
-    seed: int = 0
+    seed: int | None = None
     eval_source: Literal["validation", "dataset", "solomon50", "none"] = "validation"
     eval_uri: str | None = None
     eval_rollouts: int = 128
@@ -102,10 +107,12 @@ class DataSpec:
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
 
     def source_of(self, task: TaskSpec) -> DataSource:
-        """The training data: generated batches use ``seed`` itself, a fixed set's per-epoch
-        shuffle ``derive_seed(seed, "shuffle")``."""
-        seed = self.seed if self.source == "generated" else derive_seed(self.seed, "shuffle")
-        return DataSource(self.source, task.problem, task.num_customers, seed, self.uri)
+        """The training data (its seed None: the plan derives it from the training seed)."""
+        return DataSource(self.source, task.problem, task.num_customers, self.seed, self.uri)
+
+    def validation_seed(self) -> int | None:
+        """The validation set's seed (None: the plan derives it from the training seed)."""
+        return None if self.seed is None else derive_seed(self.seed, "validation-set")
 
     def evaluation(self) -> EvaluationSource:
         return EvaluationSource(
@@ -114,7 +121,7 @@ class DataSpec:
             self.eval_rollouts,
             self.eval_augment,
             self.eval_decoding,
-            derive_seed(self.seed, "final-evaluation"),
+            derive_seed(self.seed or 0, "final-evaluation"),
         )
 
 
@@ -296,7 +303,36 @@ class FaultSpec:
         require(spike is None or spike > 0, "memory_spike_gb", spike, "> 0 or null")
 
 
-SECTIONS = ("task", "model", "train", "data", "tracking", "cluster", "ablation", "search", "fault")
+@dataclass(frozen=True)
+class ConsoleSpec:
+    """What a sweep prints (:mod:`orchestration.console`).
+
+    Attributes:
+        verbosity: ``events`` (one line per trial event and a summary), ``quiet`` (failures
+            and the summary) or ``tune`` (Tune's own reporter and Ray's INFO logging too).
+        report_every: epochs between a trial's progress lines (0: about ten per trial).
+    """
+
+    verbosity: Literal["quiet", "events", "tune"] = "events"
+    report_every: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(self.report_every >= 0, "report_every", self.report_every, ">= 0")
+
+
+SECTIONS = (
+    "task",
+    "model",
+    "train",
+    "data",
+    "tracking",
+    "cluster",
+    "ablation",
+    "search",
+    "fault",
+    "console",
+)
 
 
 @dataclass(frozen=True)
@@ -311,6 +347,7 @@ class PlatformConfig:
     search: SearchSpec | None
     fault: FaultSpec
     raw: dict[str, Any]
+    console: ConsoleSpec = ConsoleSpec()
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
@@ -335,7 +372,7 @@ class PlatformConfig:
             protocol=train.pop("protocol", None),
             train=train,
             model=_without_nulls(model.overrides),
-            validation_seed=derive_seed(data.seed, "validation-set"),
+            validation_seed=data.validation_seed(),
             evaluation=data.evaluation(),
         )
         return cls(
@@ -346,6 +383,7 @@ class PlatformConfig:
             search=build(SearchSpec, search, "search") if search else None,
             fault=build(FaultSpec, values.get("fault"), "fault"),
             raw=values,
+            console=build(ConsoleSpec, values.get("console"), "console"),
         )
 
     def with_values(self, **dotted: Any) -> dict[str, Any]:
@@ -377,6 +415,7 @@ __all__ = [
     "SECTIONS",
     "AblationSpec",
     "ClusterSpec",
+    "ConsoleSpec",
     "DataSpec",
     "FaultSpec",
     "ModelSpec",

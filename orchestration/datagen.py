@@ -52,6 +52,7 @@ from linc_core.dataset import (
     read_shard_bytes,
     sha256_hex,
 )
+from linc_core.progress import Progress
 from linc_core.train.data import generate
 from orchestration.datagen_config import DatagenConfig, ShardSpec
 from orchestration.datasets import is_s3, open_filesystem, with_retries
@@ -309,8 +310,6 @@ def _run_pool(
     on_shard_done: Callable[[ShardResult], None] | None,
 ) -> list[ShardResult]:
     """Ensure every shard with a pool of actors, at most two requests in flight per actor."""
-    from tqdm import tqdm
-
     options: dict[str, Any] = {
         "num_cpus": config.cpus_per_worker,
         "max_restarts": config.max_actor_restarts,
@@ -334,13 +333,8 @@ def _run_pool(
             spec = pending.pop()
             in_flight[worker.ensure_shard.remote(spec)] = (worker, spec)
 
-    bar = tqdm(
-        total=config.count,
-        unit="inst",
-        desc=f"{config.task}{config.size} {config.split}",
-        disable=not config.progress,
-        smoothing=0.1,
-    )
+    desc = f"{config.task}{config.size} {config.split}"
+    bar = Progress(config.count, desc, "instance", enabled=config.progress)
     try:
         for worker in workers:
             for _ in range(_IN_FLIGHT_PER_WORKER):

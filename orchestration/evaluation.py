@@ -8,17 +8,25 @@ and a route plot as artifacts of the trial's run.
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from linc_core.atomic import write_atomic
 from linc_core.decode import DecodeConfig
-from linc_core.evaluate import Evaluation, evaluate_policy, plot_routes, rows_csv
+from linc_core.evaluate import (
+    Evaluation,
+    evaluate_policy,
+    planned_rollouts,
+    plot_routes,
+    rows_csv,
+    summary_json,
+)
 from linc_core.instances import Instance
 from linc_core.model import LincPolicy
 from linc_core.plan import EvaluationSource
+from linc_core.progress import Progress
 
 
 def decode_config(policy: LincPolicy, source: EvaluationSource) -> DecodeConfig:
@@ -29,9 +37,21 @@ def decode_config(policy: LincPolicy, source: EvaluationSource) -> DecodeConfig:
     )
 
 
-def evaluate_trial(policy: LincPolicy, instances: Instance, source: EvaluationSource) -> Evaluation:
-    """Decode ``instances`` (``[B]``) with the source's budget; exact Euclidean costs."""
-    return evaluate_policy(policy, instances, decode_config(policy, source), convention="exact")
+def evaluate_trial(
+    policy: LincPolicy, instances: Instance, source: EvaluationSource, label: str = ""
+) -> Evaluation:
+    """Decode ``instances`` (``[B]``) with the source's budget; exact Euclidean costs.
+
+    A long evaluation prints a progress line every 30 s (``label`` names the trial): the
+    driver's console shows the trial's last epoch, then nothing until it finishes.
+    """
+    config = decode_config(policy, source)
+    total = planned_rollouts(config, instances, policy.config.z_dim)
+    desc = f"{label} evaluation ({config.label})".strip()
+    with Progress(total, desc, "rollout", stream=sys.stdout, interval=30.0) as progress:
+        return evaluate_policy(
+            policy, instances, config, convention="exact", progress=progress.update
+        )
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
@@ -51,7 +71,7 @@ def log_evaluation(
     rows_path = folder / "evaluation_rows.csv"
     write_atomic(rows_path, rows_csv(evaluation.rows))
     summary_path = folder / "evaluation_summary.json"
-    write_atomic(summary_path, json.dumps(evaluation.summary, indent=2).encode())
+    write_atomic(summary_path, summary_json(evaluation.summary))
     mlflow.log_artifact(str(rows_path))
     mlflow.log_artifact(str(summary_path))
     mlflow.log_metrics(evaluation_metrics(evaluation))

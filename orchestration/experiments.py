@@ -23,12 +23,12 @@ import pyarrow.fs as pafs
 from ray import tune
 
 from orchestration.config import PlatformConfig, SearchSpec
+from orchestration.console import TUNE_VERBOSE, init_sweep_ray, trial_events
 from orchestration.datasets import open_filesystem
 from orchestration.memory_kills import handle_memory_kills
 from orchestration.plan import TrialPlan
 from orchestration.preemption import SweepInterrupted, stop_sweep_on_signals
 from orchestration.preflight import PreflightError, preflight
-from orchestration.ray_session import init_ray
 from orchestration.resources import PendingTimeout, PendingTimeoutError, placement
 from orchestration.run_writer import RunWriter
 from orchestration.schedulers import SweepASHAScheduler, SweepFIFOScheduler
@@ -105,10 +105,12 @@ def run_experiment(
     *,
     resume: bool = True,
     tune_config: tune.TuneConfig | None = None,
+    label_keys: tuple[str, ...] = ("model.variant", "train.seed"),
 ) -> Experiment:
     """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
 
-    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies.
+    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies;
+    ``label_keys`` the config keys that name a trial in the console lines.
 
     Raises:
         PreflightError: storage, data or tracking store unusable (before Ray starts).
@@ -129,7 +131,7 @@ def run_experiment(
         reason = " ".join(str(err).split())[:200]
         message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
         raise PreflightError(f"{message} ({reason})") from None
-    init_ray(config.cluster.address, config.cluster.num_cpus)
+    init_sweep_ray(config)
     handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
     # every trial logs to the driver's store, under this run's parent, wherever it began
     tracking = dataclasses.replace(plan.tracking, parent_run_id=parent.run_id, sweep=name)
@@ -156,7 +158,9 @@ def run_experiment(
                     storage_filesystem=fs,
                 )
             else:
-                tuner = _new_tuner(config, name, trainable, param_space, tune_config, place)
+                tuner = _new_tuner(
+                    config, name, trainable, param_space, tune_config, place, label_keys
+                )
             experiment.results = tuner.fit()
         except KeyboardInterrupt:
             stop.signal = stop.signal or "SIGINT"
@@ -192,9 +196,10 @@ def _new_tuner(
     param_space: dict[str, Any],
     tune_config: tune.TuneConfig | None,
     place: _Place,
+    label_keys: tuple[str, ...],
 ) -> tune.Tuner:
     cluster = config.cluster
-    callbacks = []
+    callbacks: list[tune.Callback] = [trial_events(config, name, label_keys)]
     if cluster.pending_timeout_s is not None:
         callbacks.append(PendingTimeout(cluster.pending_timeout_s))
     return tune.Tuner(
@@ -214,7 +219,7 @@ def _new_tuner(
             # the last two: a trial whose newest checkpoint is damaged falls back to the other
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             callbacks=callbacks,
-            verbose=1,
+            verbose=TUNE_VERBOSE[config.console.verbosity],
         ),
     )
 
@@ -316,7 +321,9 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     )
     param_space = config.with_values(**search_space(spec))
     sweep = {"kind": "search"} | dataclasses.asdict(spec)
-    experiment = run_experiment(config, sweep, param_space, resume=True, tune_config=tune_config)
+    experiment = run_experiment(
+        config, sweep, param_space, tune_config=tune_config, label_keys=tuple(spec.space)
+    )
     results, parent = experiment.results, experiment.parent
     best = results.get_best_result(metric=spec.metric, mode=spec.mode, scope="all")
     best_values = {key: _dotted_get(best.config, key) for key in spec.space}

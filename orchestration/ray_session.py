@@ -24,7 +24,11 @@ def prefer_loopback() -> None:
 
 
 def init_ray(
-    address: str | None = None, num_cpus: int | None = None, *, log_to_driver: bool = True
+    address: str | None = None,
+    num_cpus: int | None = None,
+    *,
+    log_to_driver: bool = True,
+    logging_level: str | None = None,
 ) -> bool:
     """Join ``address`` (else ``$RAY_ADDRESS``, as under ``ray job submit``) or start a local Ray.
 
@@ -33,6 +37,8 @@ def init_ray(
             when ``$RAY_ADDRESS`` is set or another program's ``ray start`` head is up.
         num_cpus: CPUs of a local Ray (None: all).
         log_to_driver: forward the workers' output to this process.
+        logging_level: level of Ray's Python loggers here and in every worker (``WARNING``
+            hides Ray's INFO lines; None: Ray's default).
 
     Returns:
         True when this call started or joined Ray, False when it was already initialised.
@@ -43,17 +49,15 @@ def init_ray(
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
+    options: dict = {"log_to_driver": log_to_driver}
+    if logging_level is not None:
+        options["logging_config"] = ray.LoggingConfig(log_level=logging_level)
     if address and address != "local":
-        ray.init(address=address, log_to_driver=log_to_driver)
+        ray.init(address=address, **options)
     else:
         # address="local": a new Ray of this process (another program's `ray start` head
         # would otherwise be joined through its address file)
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            log_to_driver=log_to_driver,
-        )
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **options)
     return True
 
 

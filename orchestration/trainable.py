@@ -256,7 +256,7 @@ def _evaluate(
         return None
     instances, set_name = evaluation_instances
     final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
-    evaluation = evaluate_trial(final_policy, instances, plan.run.evaluation)
+    evaluation = evaluate_trial(final_policy, instances, plan.run.evaluation, plan.run_name)
     log_evaluation(writer, evaluation, instances, set_name, work_dir / "evaluation")
     return evaluation_metrics(evaluation)
 

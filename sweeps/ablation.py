@@ -22,14 +22,13 @@ def ablation(config) -> int:
     from orchestration.experiments import run_ablation
 
     result = run_ablation(config)
-    print(f"\n{result.name}: {len(result.rows)} trials\n")
-    print(result.table)
+    print(f"\n{result.table}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-ablation", argv, ablation)
+    return run_cli("linc-ablation", argv, ablation, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -23,20 +23,20 @@ DEMO_DATA = {"count": 2048, "shard_size": 256, "split": "train", "seed": 2026112
 def demo(config) -> int:
     from linc_core.typed import build
     from orchestration.config import PlatformConfig
+    from orchestration.console import init_sweep_ray
     from orchestration.datagen import generate_dataset
     from orchestration.datagen_config import DatagenConfig
     from orchestration.experiments import run_ablation
-    from orchestration.ray_session import init_ray
 
     started = time.perf_counter()
     task = config.run.data
     uri = task.uri or str(Path("data").resolve() / f"demo-{task.problem}{task.num_customers}-train")
-    init_ray(config.cluster.address, config.cluster.num_cpus)
+    init_sweep_ray(config)
     datagen = build(
         DatagenConfig,
         DEMO_DATA
         | {"task": task.problem, "size": task.num_customers, "uri": uri, "workers": 2}
-        | {"cpus_per_worker": 1.0, "progress": False},
+        | {"cpus_per_worker": 1.0},
         "",
     )
     manifest = generate_dataset(datagen)
@@ -50,14 +50,13 @@ def demo(config) -> int:
         config.with_values(**{"data.source": "dataset", "data.uri": uri})
     )
     result = run_ablation(config)
-    print(f"\n{result.name}: {len(result.rows)} trials, {time.perf_counter() - started:.0f}s\n")
-    print(result.table)
+    print(f"demo: data and sweep in {time.perf_counter() - started:.0f} s\n\n{result.table}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-demo", argv, demo)
+    return run_cli("linc-demo", argv, demo, doc=__doc__)
 
 
 if __name__ == "__main__":

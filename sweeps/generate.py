@@ -45,7 +45,9 @@ def generate(config: DatagenConfig) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``linc-generate``; ``argv`` are Hydra overrides (``key=value``)."""
-    return run_cli("linc-generate", argv, generate, load=load_config, config_name="generate")
+    return run_cli(
+        "linc-generate", argv, generate, load=load_config, config_name="generate", doc=__doc__
+    )
 
 
 if __name__ == "__main__":

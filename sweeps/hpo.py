@@ -22,15 +22,14 @@ def hpo(config) -> int:
     from orchestration.experiments import run_search
 
     result, best = run_search(config)
-    print(f"\n{result.name}: {len(result.rows)} trials\n")
-    print(result.table)
+    print(f"\n{result.table}")
     print(f"\nbest: {json.dumps(best)}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-hpo", argv, hpo)
+    return run_cli("linc-hpo", argv, hpo, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,15 @@ only; Ray is not imported).
     linc-report budget   --experiment linc-cpu
     linc-report benchmark --experiment linc-cpu
     linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
+    linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
 
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
 ``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it). ``benchmark``: per
 evaluation set and variant, the mean cost and the count of infeasible solutions. ``budget``:
-per run, epochs, wall time and parameter count.
+per run, epochs, wall time and parameter count. ``--out DIR`` writes the table as
+``DIR/TABLE.md``; for ``ablation`` also ``ablation_chart.png`` (each variant's gap to the
+reference, the reference row marked) and ``training_curves.png`` (``train_best_cost`` per
+epoch, one line per variant, thin lines per seed) (``orchestration.figures``).
 The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 (``orchestration.tracking.resolve_tracking_uri``, as the sweeps pick it).
 """
@@ -18,7 +22,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from linc_core.atomic import write_atomic
 
 
 def trial_runs(tracking_uri: str, experiment: str, sweep: str | None) -> list[Any]:
@@ -41,6 +48,7 @@ def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
         metrics, tags = run.data.metrics, run.data.tags
         rows.append(
             {
+                "run_id": run.info.run_id,
                 "variant": tags.get("variant"),
                 "seed": tags.get("seed"),
                 "sweep": tags.get("sweep"),
@@ -92,23 +100,86 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--compare-to", default="full_linc", help="the variant the ablation's gaps are relative to"
     )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write the table (and ablation's figures) here"
+    )
+    parser.add_argument(
+        "--reference-curves",
+        type=Path,
+        default=None,
+        help="ablation: compare the sweep's training curves with the reference implementation's "
+        "published ones (a JSON of score_by_epoch per variant)",
+    )
+    parser.add_argument(
+        "--reference-seed", type=int, default=1234, help="the seed of the reference curves"
+    )
     args = parser.parse_args(argv)
     from orchestration.tables import ablation_table
     from orchestration.tracking import resolve_tracking_uri
 
-    rows = run_rows(
-        trial_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, args.sweep)
-    )
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    rows = run_rows(trial_runs(tracking_uri, args.experiment, args.sweep))
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
+    compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
+    files: dict[str, bytes] = {}
     if args.table == "ablation":
-        variants = {r["variant"] for r in rows}
-        print(ablation_table(rows, args.compare_to if args.compare_to in variants else None))
+        from mlflow.tracking import MlflowClient
+
+        from orchestration.ablation_report import collect, report_files
+
+        table = ablation_table(rows, compare_to)
+        data = collect(MlflowClient(tracking_uri=tracking_uri), rows)
+        files = report_files(data, compare_to)
+        table += "\n\n" + files["ablation_statistics.md"].decode().rstrip()
+        if args.reference_curves is not None:
+            check = reference_curve_check(
+                data.histories, args.reference_curves, args.reference_seed
+            )
+            files["reference_curves.md"] = (check + "\n").encode()
+            table += "\n\n" + check
     elif args.table == "benchmark":
-        print(benchmark_table(rows))
+        table = benchmark_table(rows)
     else:
-        print(budget_table(rows))
+        table = budget_table(rows)
+    print(table)
+    if args.out is not None:
+        files = {f"{args.table}_table.md": (table + "\n").encode()} | files
+        for name, data in files.items():
+            write_atomic(args.out / name, data)
+        print(f"wrote {', '.join(str(args.out / name) for name in files)}")
     return 0
+
+
+def reference_curve_check(
+    histories: dict[str, dict[int, list[tuple[int, float]]]], path: Path, seed: int
+) -> str:
+    """Markdown: each variant of a reference-curves file (``{"runs": {variant:
+    {"score_by_epoch": [...]}}}``, the reference implementation's published curves) against the
+    sweep's ``seed`` run of that variant: the last shared epoch's scores and the largest relative
+    deviation over the shared epochs."""
+    import json
+
+    runs = json.loads(path.read_text())["runs"]
+    lines = [
+        f"| Variant (seed {seed}) | Epoch | Ours | Reference | Difference (%) | "
+        "Largest deviation over epochs (%) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for variant, curve in runs.items():
+        ours = dict(histories.get(variant, {}).get(seed, []))
+        reference = {e + 1: v for e, v in enumerate(curve["score_by_epoch"])}
+        shared = sorted(set(ours) & set(reference))
+        if not shared:
+            lines.append(f"| {variant} | - | - | - | - | no run of seed {seed} |")
+            continue
+        deviation = [100.0 * (ours[e] - reference[e]) / reference[e] for e in shared]
+        last = shared[-1]
+        lines.append(
+            f"| {variant} | {last} | {ours[last]:.2f} | {reference[last]:.2f} | "
+            f"{deviation[-1]:+.2f} | {max(deviation, key=abs):+.2f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

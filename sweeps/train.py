@@ -29,7 +29,7 @@ def train(config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("linc-tune", argv, train)
+    return run_cli("linc-tune", argv, train, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -1,38 +1,104 @@
-"""Shared fixtures: the benchmark data folder (tests that need it skip when it is absent)."""
+"""What many test files share: the benchmark data folder, one local Ray, and tiny models.
+
+Benchmark data (``data_dir``) is ``$LINC_DATA_DIR``, else ``<checkout>/../shared/data``; the
+golden vectors (``tests.golden``) are ``$LINC_GOLDEN_DIR``, else
+``<checkout>/../shared/spec/golden``. A test that needs either and cannot find it fails with one
+line naming the folders looked in and the variable to set; it never skips. From a worktree::
+
+    export LINC_DATA_DIR=/work/shared/data LINC_GOLDEN_DIR=/work/shared/spec/golden
+
+Tiny models (``tiny_configs``, ``tiny_policy``, ``tiny_checkpoint``): one small network size for
+every test whose claim does not depend on width (exact equalities, invariances, feasibility).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from linc_core.benchmarks import data_dir as resolve_data_dir
+from linc_core.config import ModelConfig, TrainConfig
+from linc_core.model import LincPolicy
+from linc_core.presets import preset_configs
+from linc_core.train.checkpoint import build_payload, save_checkpoint
 from orchestration.ray_session import init_ray, prefer_loopback
 
 # Test tensors are small: one intra-op thread avoids OpenMP spin-waiting when the 2 CPUs are
 # shared (another pytest, a Ray worker), which slows small ops down by an order of magnitude.
 torch.set_num_threads(1)
 
+# Before `ray` is first imported, so every socket of the test session listens on 127.0.0.1.
+prefer_loopback()
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# The network size of the tiny models: a preset's switches with these widths.
+TINY_NETWORK: dict[str, int] = {
+    "embedding_dim": 32,
+    "encoder_layers": 1,
+    "num_heads": 4,
+    "ff_hidden_dim": 64,
+    "poly_hidden_dim": 32,
+    "scorer_hidden_dim": 16,
+}
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The benchmark data folder (``$LINC_DATA_DIR`` or ``../shared/data``); skip if absent."""
+    """The benchmark data folder; fails (one line, naming ``LINC_DATA_DIR``) when absent."""
     try:
         return resolve_data_dir()
-    except FileNotFoundError as err:
-        pytest.skip(f"benchmark data not available: {err}")
-
-
-# Before `ray` is first imported, so every socket of the test session listens on 127.0.0.1.
-prefer_loopback()
+    except FileNotFoundError as missing:
+        message = str(missing)
+    pytest.fail(message, pytrace=False)  # outside the except: no chained traceback
 
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray (2 CPUs, no dashboard) shared by every test that needs it; skip without Ray."""
-    ray = pytest.importorskip("ray")
+    """One local Ray (2 CPUs, no dashboard) shared by every test that needs it."""
+    import ray  # after prefer_loopback(), which must run before Ray's first import
+
     # "local": always a fresh Ray of this process, even when another program's head is up
     init_ray("local", num_cpus=2, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def tiny_configs(
+    preset: str = "full_linc", problem: str = "cvrptw", **train: Any
+) -> tuple[ModelConfig, TrainConfig]:
+    """``preset_configs(preset, problem, **train)`` with the model cut to ``TINY_NETWORK``."""
+    model, train_config = preset_configs(preset, problem, **train)
+    return dataclasses.replace(model, **TINY_NETWORK), train_config
+
+
+def tiny_policy(
+    preset: str = "full_linc",
+    problem: str = "cvrptw",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> LincPolicy:
+    """A tiny ``preset`` policy with PyTorch's default initialisation under ``seed``, in eval
+    mode."""
+    torch.manual_seed(seed)
+    return LincPolicy(tiny_configs(preset, problem)[0]).to(dtype).eval()
+
+
+def tiny_checkpoint(path: Path) -> Path:
+    """``tiny_policy()`` saved as an untrained (epoch 0) training checkpoint at ``path``."""
+    policy = tiny_policy()
+    payload = build_payload(
+        model_config=policy.config,
+        train_config=TrainConfig(),
+        model_state=policy.state_dict(),
+        optimizer_state=None,
+        epoch=0,
+        global_step=0,
+        history=[],
+        data_id="test",
+    )
+    return save_checkpoint(path, payload)

@@ -38,24 +38,23 @@ def test_data_dir_env_pointing_nowhere(monkeypatch: pytest.MonkeyPatch, tmp_path
         data_dir()
 
 
-def test_data_dir_default_is_shared_data_next_to_repo(
-    monkeypatch: pytest.MonkeyPatch, data_dir: Path
+@pytest.mark.parametrize(
+    ("checkout", "cwd"),
+    [
+        ("checkout", "elsewhere/work"),  # beside the checkout, whatever the current folder
+        ("elsewhere/checkout", "work"),  # else beside the current folder
+    ],
+)
+def test_data_dir_default_is_shared_data_beside_the_checkout_or_the_current_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, checkout: str, cwd: str
 ) -> None:
+    """Without ``LINC_DATA_DIR``: ``<checkout>/../shared/data``, else ``<cwd>/../shared/data``;
+    tmp/shared/data is reached from one of the two only."""
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    repo_root = Path(benchmarks.__file__).resolve().parent.parent
-    assert benchmarks.data_dir() == (repo_root.parent / "shared" / "data").resolve()
-    assert (benchmarks.data_dir() / "solomon100").is_dir()
-
-
-def test_data_dir_falls_back_to_current_dir(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    monkeypatch.setattr(benchmarks, "_REPO_ROOT", tmp_path / "elsewhere" / "repo")
-    (tmp_path / "shared" / "data").mkdir(parents=True)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+    for folder in (checkout, cwd, "shared/data"):
+        (tmp_path / folder).mkdir(parents=True)
+    monkeypatch.setattr(benchmarks, "_REPO_ROOT", tmp_path / checkout)
+    monkeypatch.chdir(tmp_path / cwd)
     assert data_dir() == (tmp_path / "shared" / "data").resolve()
 
 

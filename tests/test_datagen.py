@@ -16,21 +16,20 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
-
-from linc_core.dataset import MANIFEST_NAME, load_dataset, shard_name  # noqa: E402
-from linc_core.instances import TENSOR_FIELDS, Instance  # noqa: E402
-from linc_core.problems.generators import generate_cvrptw_envelope  # noqa: E402
-from linc_core.seeding import derive_seed  # noqa: E402
-from linc_core.typed import ConfigError, build  # noqa: E402
-from orchestration.datagen import DatagenError, ShardResult, generate_dataset  # noqa: E402
-from orchestration.datagen_config import DatagenConfig  # noqa: E402
-from orchestration.datasets import (  # noqa: E402
+from linc_core.dataset import MANIFEST_NAME, load_dataset, shard_name
+from linc_core.instances import TENSOR_FIELDS, Instance
+from linc_core.problems.generators import generate_cvrptw_envelope
+from linc_core.seeding import derive_seed
+from linc_core.typed import ConfigError, build
+from orchestration.datagen import DatagenError, ShardResult, generate_dataset
+from orchestration.datagen_config import DatagenConfig
+from orchestration.datasets import (
     StorageUnavailableError,
     load_evaluation_set,
     open_filesystem,
     open_training_data,
 )
+from tests.conftest import tiny_configs
 
 REFERENCE = {
     "task": "cvrptw",
@@ -70,9 +69,11 @@ def reference_set(ray_session, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 with a bucket ``linc``; yields ``host:port``."""
-    boto3 = pytest.importorskip("boto3")
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    # Imported here: moto brings in its web server stack (~2 s), which only the S3 tests need.
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"{host}:{port}"
@@ -99,7 +100,9 @@ def s3_server() -> Iterator[str]:
 def test_config_rejects_unknown_keys_and_bad_values() -> None:
     with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['shards'\]"):
         config("x", shards=3)
-    with pytest.raises(ConfigError, match=r"^task: expected one of \(.*\), got 'vrp'$"):
+    with pytest.raises(
+        ConfigError, match=r"^task: expected one of \(.*\), got 'vrp' \(did you mean 'cvrp'\?\)$"
+    ):
         config("x", task="vrp")
     with pytest.raises(ConfigError, match=r"^cpus_per_worker: expected > 0, got 0.0$"):
         config("x", cpus_per_worker=0)
@@ -262,15 +265,12 @@ def test_s3_unreachable_fails_after_bounded_retries() -> None:
 
 def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
     """The plain fit loop reads a generated set through ShardedTrainingData (no Ray needed)."""
-    import dataclasses
-
     from linc_core.model import LincPolicy
-    from linc_core.presets import preset_configs
     from linc_core.train import fit
     from linc_core.train.data import ShardedTrainingData
 
     data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)
-    model, train = preset_configs(
+    model, train = tiny_configs(
         "full_linc",
         REFERENCE["task"],
         num_rollouts=4,
@@ -278,7 +278,6 @@ def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
         instances_per_epoch=8,
         epochs=1,
     )
-    model = dataclasses.replace(model, embedding_dim=32, encoder_layers=1, scorer_hidden_dim=16)
     result = fit(LincPolicy(model), train, data, max_steps=2)
     assert result.global_step == 2
     assert data.batch(0, 0).num_customers == REFERENCE["size"]

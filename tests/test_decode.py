@@ -8,27 +8,13 @@ import math
 import pytest
 import torch
 
-from linc_core.config import ModelConfig
 from linc_core.decode import DecodeConfig, decode
 from linc_core.instances import Instance, read_solomon, read_solomon_folder, truncate_customers
 from linc_core.model import LincPolicy
 from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms
 from linc_core.problems.generators import generate_tsp
 from linc_core.verify import verify_instance
-
-TINY = dict(
-    embedding_dim=32,
-    encoder_layers=1,
-    num_heads=4,
-    ff_hidden_dim=64,
-    poly_hidden_dim=32,
-    scorer_hidden_dim=16,
-)
-
-
-def tiny_policy(problem: str = "cvrptw", seed: int = 0) -> LincPolicy:
-    torch.manual_seed(seed)
-    return LincPolicy(ModelConfig.for_problem(problem, **TINY)).eval()
+from tests.conftest import tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +113,8 @@ def test_multistart_starts_each_rollout_at_its_own_customer(policy, small_solomo
 
 def test_tsp_tours_are_complete_and_rescored_exactly():
     instances = generate_tsp(2, 12, seed=4)
-    result = decode(tiny_policy("tsp"), instances, DecodeConfig(method="sampling", num_z=4, seed=1))
+    config = DecodeConfig(method="sampling", num_z=4, seed=1)
+    result = decode(tiny_policy(problem="tsp"), instances, config)
     for b, solution in enumerate(result.routes):
         assert sorted(solution[0]) == list(range(12))
         checked = verify_instance(instances, b, solution, "exact")

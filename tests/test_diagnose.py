@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -10,9 +11,7 @@ import torch
 from linc_core.config import ModelConfig
 from linc_core.diagnose import main, run_diagnostics
 from linc_core.instances import Instance, read_solomon, truncate_customers
-from linc_core.model import LincPolicy
-from tests.test_decode import TINY, tiny_policy
-from tests.test_evaluate_cli import PNG_MAGIC, _tiny_checkpoint
+from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +40,56 @@ def test_modulation_and_weight_tables_account_for_every_decision(instances):
     modulation, weights = result["modulation"], result["comparator_weights"]
     assert sum(modulation["decisions"]) == result["decisions"]
     assert sum(weights["decisions"]) == result["decisions"]
-    for alpha, share in zip(modulation["alpha_mean"], modulation["local_share_mean"], strict=True):
-        if alpha is not None:
-            assert 0.0 < alpha < 1.0 and 0.0 <= share <= 1.0
     assert weights["features"] == list(ModelConfig().candidate_features)
     # nothing can be grouped above the 20 customers these instances have
     assert weights["decisions"][-1] == 0 and weights["mean_weight"][-1] == [None] * 6
 
 
+@pytest.mark.parametrize(
+    ("alpha_bias", "zero_comparator", "alpha", "local_only"),
+    [
+        (math.log(3.0), False, 0.75, None),  # sigmoid(ln 3) = 3 / (1 + 3); both parts move
+        (-1e4, False, 0.0, True),  # gate closed: alpha u_base = 0, only the local score moves
+        (0.0, True, 0.5, False),  # comparator v = W_phi^T h~ = 0: only the base score moves
+    ],
+)
+def test_modulation_table_reports_the_gate_and_the_local_share(
+    instances, alpha_bias, zero_comparator, alpha, local_only
+):
+    """With the gate's weights zeroed, alpha = sigmoid(bias) at every decision, so every
+    progress bin's mean is that number. Closing the gate or zeroing the comparator leaves one
+    score part alone: the local share is 1 or 0 at every decision, except that a decision with
+    one feasible customer has no spread in either part and counts as share 0."""
+    policy = tiny_policy(seed=1)
+    scorer = policy.scorer
+    with torch.no_grad():
+        scorer.summary_to_alpha.weight.zero_()
+        scorer.summary_to_alpha.bias.fill_(alpha_bias)
+        if zero_comparator:  # W_phi and b_phi: v and its beta branch vanish
+            scorer.full_phi_proj.weight.zero_()
+            scorer.full_phi_proj.bias.zero_()
+    result = run_diagnostics(policy, instances, num_z=2, offsets=(0.0,))
+    modulation, by_size = result["modulation"], result["comparator_weights"]
+    counts = modulation["decisions"]
+    filled = [i for i, count in enumerate(counts) if count > 0]
+    assert len(filled) >= 5  # decisions spread over construction progress
+    for i in filled:
+        assert modulation["alpha_mean"][i] == pytest.approx(alpha, abs=1e-6)
+    if local_only is not None:
+        # Decisions with share 1, summed over the bins (the first size group is |F| = 1).
+        shares = sum(modulation["local_share_mean"][i] * counts[i] for i in filled)
+        expected = result["decisions"] - by_size["decisions"][0] if local_only else 0
+        assert shares == pytest.approx(expected, abs=1e-4)
+
+
 def test_a_model_without_the_linc_comparator_is_refused(instances):
-    torch.manual_seed(0)
-    baseline = LincPolicy(ModelConfig(scorer="baseline", **TINY))
+    baseline = tiny_policy("baseline")
     with pytest.raises(ValueError, match="scorer is 'baseline'"):
         run_diagnostics(baseline, instances)
 
 
 def test_command_writes_json_and_plots(data_dir, tmp_path):
-    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    checkpoint = tiny_checkpoint(tmp_path / "tiny.pt")
     out = tmp_path / "diag"
     status = main(
         ["--checkpoint", str(checkpoint), "--limit", "1", "--z", "2", "--out", str(out),

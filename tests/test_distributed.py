@@ -4,7 +4,8 @@
 each take one training step on their half of a fixed batch; gradients, parameters after the
 Adam step and reported metrics equal one process's step on the whole batch.
 (b) Through Ray Train on the shared local Ray: a 2-CPU-worker TorchTrainer trains two epochs,
-its metrics and checkpoints come back to the caller, and they follow the single-process run.
+its metrics and checkpoints come back to the caller, and they follow the single-process run; a
+run resumed from a checkpoint file goes on from that epoch and follows it too.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ import torch.multiprocessing as mp
 from linc_core.decode import DecodeConfig, decode
 from linc_core.model import BatchRows, LincPolicy
 from linc_core.plan import DataSource, EvaluationSource, RunPlan, ValidationSource
-from linc_core.presets import preset_configs
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world
 from linc_core.train.loop import fit, initial_policy
 from linc_core.train.step import train_step
+from tests.conftest import tiny_configs
 
-TINY = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
 BATCH, CUSTOMERS, ROLLOUTS = 4, 6, 4
 LR = 0.1
 
@@ -43,18 +43,17 @@ CASES: dict[str, tuple[str, str, float, dict]] = {
 }
 
 
-def tiny_configs(preset: str, problem: str, **train):
-    model, config = preset_configs(
+def tiny_run(preset: str, problem: str, **train):
+    """The tiny model and a training config of BATCH instances x ROLLOUTS, no validation."""
+    return tiny_configs(
         preset, problem, num_rollouts=ROLLOUTS, batch_size=BATCH, validation_size=0, **train
     )
-    model = dataclasses.replace(model, **TINY, scorer_hidden_dim=16, poly_hidden_dim=16)
-    return model, config
 
 
 def one_step(case: str, world_: World) -> dict:
     """One training step of ``case`` on the fixed batch: gradients, parameters, metrics."""
     preset, problem, progress, overrides = CASES[case]
-    model, config = tiny_configs(preset, problem, **overrides)
+    model, config = tiny_run(preset, problem, **overrides)
     torch.manual_seed(0)
     policy = LincPolicy(model)
     # SGD: the update is linear in the gradient, so equal gradients give equal parameters. Adam's
@@ -72,13 +71,13 @@ def one_step(case: str, world_: World) -> dict:
 
 
 def fit_setup():
-    model, config = tiny_configs("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
+    model, config = tiny_run("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2)
     return model, config, GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
 
 
 def tiny_plan(**train) -> RunPlan:
     """fit_setup's run as a plan: data-parallel workers realise its data themselves."""
-    model, config = tiny_configs(
+    model, config = tiny_run(
         "full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=2, **train
     )
     data = DataSource("generated", "cvrptw", CUSTOMERS, seed=5)
@@ -211,8 +210,11 @@ def test_ray_train_two_workers_follow_fit_and_report_each_epoch(ray_session, tmp
     torch.testing.assert_close(costs[0], costs[1], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.slow
 def test_ray_train_run_resumes_from_a_checkpoint_file(ray_session, tmp_path) -> None:
+    """A single-process run stopped after epoch 1 goes on over 2 Ray Train workers from its
+    checkpoint file: only epoch 2 runs and is reported, and it follows the uninterrupted
+    single-process run. Its time (about 50 s on 2 busy CPUs) is Ray Train starting its
+    controller and two workers; the model and data are already as small as they go."""
     from orchestration.distributed import fit_data_parallel
 
     model, config, data = fit_setup()
@@ -220,6 +222,8 @@ def test_ray_train_run_resumes_from_a_checkpoint_file(ray_session, tmp_path) -> 
     straight = fit(LincPolicy(model), config, data)
     torch.manual_seed(config.seed)
     fit(LincPolicy(model), config, data, checkpoint_dir=tmp_path / "one", max_steps=2)
+    assert load_checkpoint(tmp_path / "one" / "latest.pt")["epoch"] == 1
+    seen: list[int] = []
     resumed = fit_data_parallel(
         tiny_plan(),
         num_workers=2,
@@ -227,11 +231,20 @@ def test_ray_train_run_resumes_from_a_checkpoint_file(ray_session, tmp_path) -> 
         storage_path=tmp_path / "ray",
         run_name="resumed",
         resume_from=tmp_path / "one" / "latest.pt",
+        on_epoch=lambda record, _checkpoint: seen.append(record["epoch"]),
         worker_env={"GLOO_SOCKET_IFNAME": "lo"},
     )
-    assert [record["epoch"] for record in resumed.history] == [2]
+    assert seen == [2] and [record["epoch"] for record in resumed.history] == [2]
     for key in ("train_best_cost", "train_mean_cost", "loss", "tau"):
         assert resumed.history[0][key] == pytest.approx(straight.history[1][key], rel=1e-5), key
+    final = load_checkpoint(resumed.checkpoint_path)
+    assert (final["epoch"], final["global_step"]) == (2, 4)
+    trained = LincPolicy(model)
+    trained.load_state_dict(final["model_state"])
+    probe = generate("cvrptw", 8, CUSTOMERS, seed=99)
+    greedy = DecodeConfig(method="greedy", num_z=ROLLOUTS, augment=1, seed=1)
+    costs = [decode(p, probe, greedy).cost for p in (trained, straight.policy)]
+    torch.testing.assert_close(costs[0], costs[1], rtol=1e-5, atol=1e-4)
 
 
 def _tune_trial(config: dict) -> None:
@@ -250,6 +263,8 @@ def _tune_trial(config: dict) -> None:
     )
 
 
+# Slow (Tune and Train start-up, about a minute): test_sweeps' data-parallel trial runs the same
+# path through the platform in the default run.
 @pytest.mark.slow
 def test_data_parallel_run_inside_a_tune_trial_reports_each_epoch(ray_session, tmp_path) -> None:
     from ray import tune

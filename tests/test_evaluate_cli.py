@@ -9,27 +9,9 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from linc_core.config import TrainConfig
-from linc_core.evaluate import load_benchmark, main
-from linc_core.train.checkpoint import build_payload, save_checkpoint
-from tests.test_decode import tiny_policy
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _tiny_checkpoint(path):
-    policy = tiny_policy()
-    payload = build_payload(
-        model_config=policy.config,
-        train_config=TrainConfig(),
-        model_state=policy.state_dict(),
-        optimizer_state=None,
-        epoch=0,
-        global_step=0,
-        history=[],
-        data_id="test",
-    )
-    return save_checkpoint(path, payload)
+from linc_core.decode import DecodeConfig
+from linc_core.evaluate import evaluate_policy, load_benchmark, main
+from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
 
 
 def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, tmp_path):
@@ -45,7 +27,7 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert [i.names[0] for i in loaded.instances] == ["C101", "RC101"]
     assert [name for name, _ in loaded.errors] == ["R101.txt"]
 
-    checkpoint = _tiny_checkpoint(tmp_path / "tiny.pt")
+    checkpoint = tiny_checkpoint(tmp_path / "tiny.pt")
     out = tmp_path / "out"
     status = main(
         [
@@ -59,9 +41,13 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert [r["instance"] for r in rows] == ["C101", "RC101", "R101.txt"]
     assert rows[2]["feasible"] == "False" and "R101.txt" in rows[2]["error"]
     assert "x1y" in rows[2]["error"]
-    for row in rows[:2]:
+    # The command's costs are those of the saved policy decoding with these flags in-process.
+    config = DecodeConfig(method="greedy", num_z=2, augment=1, seed=0)
+    assert loaded.convention == "dimacs"  # a folder of Solomon files
+    expected = evaluate_policy(tiny_policy(), loaded.instances, config, convention="dimacs")
+    for row, in_process in zip(rows[:2], expected.rows, strict=True):
         assert row["feasible"] == "True" and row["error"] == ""
-        assert float(row["cost"]) > 0
+        assert float(row["cost"]) == pytest.approx(in_process.cost, rel=1e-9)
     table = pq.read_table(out / "rows.parquet").to_pylist()
     assert [r["instance"] for r in table] == ["C101", "RC101", "R101.txt"]
     assert table[0]["cost"] == pytest.approx(float(rows[0]["cost"]), rel=1e-12)

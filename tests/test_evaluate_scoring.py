@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig
+from linc_core.decode import DecodeConfig, exact_length
 from linc_core.evaluate import evaluate_policy, load_benchmark, score_solutions, summarize
 from linc_core.instances import read_solomon
 from linc_core.pyvrp_solver import solve_with_pyvrp
-from tests.test_decode import tiny_policy
+from tests.conftest import tiny_policy
 
 
 def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
@@ -28,9 +28,12 @@ def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
         bks=bks,
         pyvrp={"C101": 800.0},
     )
-    for row, solution in zip(rows, solutions, strict=True):
+    for row, solution, instance in zip(rows, solutions, instances, strict=True):
         assert row.feasible and row.error == ""
         assert row.cost == solution.cost
+        # cost_exact: the same routes' float length; DIMACS truncates every edge, so it is less
+        assert row.cost_exact == pytest.approx(exact_length(instance, 0, solution.routes))
+        assert row.cost < row.cost_exact
         assert row.gap_pct == pytest.approx(
             100 * (solution.cost - bks[row.instance]) / bks[row.instance]
         )
@@ -79,8 +82,10 @@ def test_evaluate_policy_on_a_synthetic_set_with_bks_in_order():
         bks=[1.0, 2.0, 4.0],
     )
     assert [r.bks for r in evaluation.rows] == [1.0, 2.0, 4.0]
-    for row in evaluation.rows:
+    for row, instance in zip(evaluation.rows, bench.instances, strict=True):
         assert row.feasible
+        # the length of the routes it decoded, leg by leg (not the verifier's own sum)
+        routes = evaluation.solutions[row.instance]
+        assert row.cost == pytest.approx(exact_length(instance, 0, routes), rel=1e-12)
         assert row.gap_pct == pytest.approx(100 * (row.cost - row.bks) / row.bks)
-        assert row.cost == pytest.approx(row.cost_exact, rel=1e-12)
     assert evaluation.summary["rollouts"] == 3 * 8 * 2

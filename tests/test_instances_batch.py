@@ -63,8 +63,6 @@ def test_truncate_customers_solomon_like() -> None:
 
 def test_truncate_customers_real_solomon(data_dir) -> None:
     path = data_dir / "solomon100" / "C101.txt"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     full = read_solomon(path)
     cut = truncate_customers(full, 50)
     _check_truncation(full, cut, 50)

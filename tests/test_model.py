@@ -9,6 +9,8 @@
   unchanged and moves the uncentred ones;
 - permutation equivariance over customers for every scorer kind and problem;
 - masked actions get probability exactly 0 and are never sampled, in every preset;
+- every preset's rollouts: their costs are the verified route lengths, their log-likelihoods the
+  replayed sum of step log-probabilities;
 - the presets differ from full_linc in exactly the fields of reference section 5;
 - config validation names the offending field.
 """
@@ -28,6 +30,7 @@ from linc_core.config import (
     TrainConfig,
     config_differences,
 )
+from linc_core.decode import actions_to_solution
 from linc_core.instances import Instance
 from linc_core.model import (
     LincPolicy,
@@ -50,7 +53,9 @@ from linc_core.problems import (
     random_feasible_actions,
 )
 from linc_core.typed import ConfigError, build, literal_values
-from tests.golden import GOLDEN_DIR, load_golden
+from linc_core.verify import verify_instance
+from tests.conftest import tiny_policy
+from tests.golden import golden_path, load_golden
 from tests.test_cvrptw import instance_from_golden
 
 PROBLEMS = ("cvrptw", "cvrp", "tsp")
@@ -60,36 +65,6 @@ REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add synchronisation (and stall on a busy host)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def tiny(config: ModelConfig) -> ModelConfig:
-    """The same switches with a small network (the claims tested do not depend on width)."""
-    return dataclasses.replace(
-        config,
-        embedding_dim=16,
-        num_heads=4,
-        ff_hidden_dim=32,
-        encoder_layers=2,
-        poly_hidden_dim=16,
-        scorer_hidden_dim=16,
-    )
-
-
-def tiny_policy(
-    preset: str, problem: str, seed: int = 0, dtype: torch.dtype = torch.float32
-) -> LincPolicy:
-    torch.manual_seed(seed)
-    policy = LincPolicy(tiny(preset_configs(preset, problem)[0])).to(dtype)
-    return policy.eval()
-
-
 def make_instances(problem: str, batch: int, size: int, seed: int) -> Instance:
     """``size`` customers (CVRP/CVRPTW) or cities (TSP), float64."""
     if problem == "cvrptw":
@@ -153,10 +128,7 @@ def drive(
 # 1. golden model replay
 # ---------------------------------------------------------------------------------------------
 def reference_state_dict() -> dict[str, Tensor]:
-    path = GOLDEN_DIR / REFERENCE_STATE_DICT
-    if not path.exists():
-        pytest.skip(f"golden file {path} not present")
-    return torch.load(path, weights_only=True)
+    return torch.load(golden_path(REFERENCE_STATE_DICT), weights_only=True)
 
 
 def assert_reproduces_golden_probabilities(policy: LincPolicy) -> None:
@@ -841,7 +813,9 @@ def test_preset_differs_from_full_linc_in_exactly_the_listed_fields(preset: str)
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
-    """Tiny instances (n = 6, K = 4): every rollout visits each customer exactly once."""
+    """Tiny instances (n = 6, K = 4): every rollout visits each customer exactly once, its cost
+    is the verified length of its routes, and its log-likelihood is the sum of the step
+    log-probabilities of its actions, replayed decision by decision."""
     batch, k, size = 2, 4, 6
     policy = tiny_policy(preset, problem, seed=3)
     instance = make_instances(problem, batch, size, seed=21).to(dtype=torch.float32)
@@ -857,10 +831,27 @@ def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
     for row in result.actions.flatten(0, 1).tolist():
         visited = [node for node in row if node != 0] if problem != "tsp" else row[:size]
         assert sorted(visited) == list(customers)
-    assert bool(torch.isfinite(result.cost).all()) and bool((result.cost > 0).all())
-    assert bool((result.log_likelihood <= 0).all())
+    for b in range(batch):
+        for j in range(k):
+            solution = actions_to_solution(result.actions[b, j], problem, instance.num_nodes)
+            checked = verify_instance(instance, b, solution, convention="exact")
+            assert float(result.cost[b, j]) == pytest.approx(checked.cost, rel=1e-5)
     if starts is not None and problem != "tsp":
         assert torch.equal(result.actions[..., 0], starts)
+
+    forced = starts
+    if problem == "tsp" and starts is None:
+        forced = torch.zeros(batch, k, dtype=torch.long)
+    prefix = 0 if forced is None else 1  # a forced first move is not a decision
+    decisions = result.actions[..., prefix:]  # [B, K, T]
+    with torch.no_grad():
+        records = drive(policy, instance, k, z, forced, lambda t, _lp, _mask: decisions[..., t])
+    assert len(records) == decisions.shape[-1]
+    replayed = sum(
+        log_probs.gather(-1, decisions[..., t, None]).squeeze(-1)
+        for t, (_, log_probs, _) in enumerate(records)
+    )
+    torch.testing.assert_close(result.log_likelihood, replayed, rtol=1e-5, atol=1e-5)
 
 
 def test_z_is_required_when_the_model_has_z() -> None:

@@ -7,17 +7,17 @@ import pytest
 from linc_core import pyvrp_solver
 from linc_core.pyvrp_cli import detect_format, main
 from linc_core.verify import VerifyResult, Violation
-from tests.test_pyvrp_solver import SEED, benchmark_file
+from tests.test_pyvrp_solver import SEED
 
 
-def test_detect_format():
-    assert detect_format(benchmark_file("solomon100", "C101.txt")) == "solomon"
-    assert detect_format(benchmark_file("tsplib", "eil51.tsp")) == "tsplib"
-    assert detect_format(benchmark_file("cvrplib_x", "X-n101-k25.vrp")) == "cvrplib"
+def test_detect_format(data_dir):
+    assert detect_format(data_dir / "solomon100" / "C101.txt") == "solomon"
+    assert detect_format(data_dir / "tsplib" / "eil51.tsp") == "tsplib"
+    assert detect_format(data_dir / "cvrplib_x" / "X-n101-k25.vrp") == "cvrplib"
 
 
-def test_cli_prints_verified_solution(capsys):
-    path = benchmark_file("solomon100", "C101.txt")
+def test_cli_prints_verified_solution(data_dir, capsys):
+    path = data_dir / "solomon100" / "C101.txt"
     exit_code = main([str(path), "--seconds", "2", "--seed", str(SEED)])
     output = capsys.readouterr().out
 
@@ -43,7 +43,7 @@ def test_cli_unreadable_file_returns_error(tmp_path, capsys):
     assert "linc-solve:" in capsys.readouterr().err
 
 
-def test_cli_reports_verifier_rejection(monkeypatch, capsys):
+def test_cli_reports_verifier_rejection(data_dir, monkeypatch, capsys):
     # Conservative rounding keeps real solutions feasible, so stand in a verifier that
     # rejects everything to check that a rejection is printed and turns into exit code 1.
     real_verify = pyvrp_solver.verify_instance
@@ -54,14 +54,14 @@ def test_cli_reports_verifier_rejection(monkeypatch, capsys):
         return VerifyResult(verdict.cost, (late,), verdict.num_routes)
 
     monkeypatch.setattr(pyvrp_solver, "verify_instance", rejecting_verify)
-    path = benchmark_file("tsplib", "eil51.tsp")
+    path = data_dir / "tsplib" / "eil51.tsp"
     assert main([str(path), "--seconds", "0.3"]) == 1
     captured = capsys.readouterr()
     assert "(verified, INFEASIBLE)" in captured.out
     assert "violation: time_window: injected late arrival" in captured.err
 
 
-def test_cli_notes_a_convention_mismatch(capsys):
-    path = benchmark_file("tsplib", "eil51.tsp")
+def test_cli_notes_a_convention_mismatch(data_dir, capsys):
+    path = data_dir / "tsplib" / "eil51.tsp"
     assert main([str(path), "--seconds", "0.3", "--convention", "exact"]) == 0
     assert "note: the bks is stated under tsplib, this cost under exact" in capsys.readouterr().out

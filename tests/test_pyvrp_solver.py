@@ -1,20 +1,20 @@
-"""Tests of the PyVRP solver (`linc_core.pyvrp_solver`) and the ``linc-solve`` command.
+"""The PyVRP solver (``linc_core.pyvrp_solver``): benchmark gaps, conservative rounding, errors.
 
 Solver runs are short (1-4 s each, fixed seeds); the whole file stays under a minute.
-Benchmark files are read in place from the shared data folder.
+Benchmark files are read in place from the data folder. The ``linc-solve`` command is tested in
+``test_pyvrp_cli.py``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from linc_core.benchmarks import data_dir, load_bks
+from linc_core.benchmarks import load_bks
 from linc_core.instances import Instance, read_cvrplib, read_solomon, read_tsplib
 from linc_core.pyvrp_solver import (
     DEFAULT_SCALE,
@@ -27,23 +27,13 @@ from linc_core.verify import edge_lengths, verify_instance
 SEED = 0
 
 
-def benchmark_file(folder: str, filename: str) -> Path:
-    try:
-        path = Path(data_dir()) / folder / filename
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    if not path.is_file():
-        pytest.skip(f"benchmark file {path} is not available")
-    return path
-
-
 def gap_percent(cost: float, best_known: float) -> float:
     return 100.0 * (cost - best_known) / best_known
 
 
 # ---------------------------------------------------------------------------- benchmarks
-def test_c101_dimacs_matches_best_known():
-    instance = read_solomon(benchmark_file("solomon100", "C101.txt"))
+def test_c101_dimacs_matches_best_known(data_dir):
+    instance = read_solomon(data_dir / "solomon100" / "C101.txt")
     solution = solve_with_pyvrp(instance, seconds=3, seed=SEED, convention="dimacs")
 
     assert solution.feasible, solution.verify.violations
@@ -53,8 +43,8 @@ def test_c101_dimacs_matches_best_known():
     assert solution.pyvrp_objective == pytest.approx(solution.cost, abs=1e-6)
 
 
-def test_r101_exact_is_feasible_under_exact_verification():
-    instance = read_solomon(benchmark_file("solomon100", "R101.txt"))
+def test_r101_exact_is_feasible_under_exact_verification(data_dir):
+    instance = read_solomon(data_dir / "solomon100" / "R101.txt")
     solution = solve_with_pyvrp(instance, seconds=4, seed=SEED, convention="exact")
 
     # Guaranteed by the conservative rounding (durations and ready times up, due times down).
@@ -68,11 +58,11 @@ def test_r101_exact_is_feasible_under_exact_verification():
     assert abs(solution.pyvrp_objective - solution.cost) <= 0.0005 * edges
 
 
-def test_r101_exact_stays_feasible_at_coarse_scale():
+def test_r101_exact_stays_feasible_at_coarse_scale(data_dir):
     # At scale 1 every edge is off by up to a whole time unit. Rounding durations to nearest
     # there gives R101 routes that miss windows under exact verification (seen: 4 late
     # arrivals); rounding up must still give a feasible, if longer, solution.
-    instance = read_solomon(benchmark_file("solomon100", "R101.txt"))
+    instance = read_solomon(data_dir / "solomon100" / "R101.txt")
     solution = solve_with_pyvrp(instance, seconds=2, seed=SEED, convention="exact", scale=1)
 
     assert solution.scale == 1
@@ -80,8 +70,8 @@ def test_r101_exact_stays_feasible_at_coarse_scale():
     assert gap_percent(solution.cost, load_bks("solomon100")["R101"]) < 5.0
 
 
-def test_cvrplib_x_n101_k25_close_to_best_known():
-    instance = read_cvrplib(benchmark_file("cvrplib_x", "X-n101-k25.vrp"))
+def test_cvrplib_x_n101_k25_close_to_best_known(data_dir):
+    instance = read_cvrplib(data_dir / "cvrplib_x" / "X-n101-k25.vrp")
     solution = solve_with_pyvrp(instance, seconds=4, seed=SEED, convention="cvrplib")
 
     assert solution.feasible, solution.verify.violations
@@ -89,8 +79,8 @@ def test_cvrplib_x_n101_k25_close_to_best_known():
     assert solution.cost == round(solution.cost)  # nint edges sum to an integer
 
 
-def test_tsplib_eil51_close_to_optimum():
-    instance = read_tsplib(benchmark_file("tsplib", "eil51.tsp"))
+def test_tsplib_eil51_close_to_optimum(data_dir):
+    instance = read_tsplib(data_dir / "tsplib" / "eil51.tsp")
     solution = solve_with_pyvrp(instance, seconds=2, seed=SEED, convention="tsplib")
 
     assert solution.feasible, solution.verify.violations

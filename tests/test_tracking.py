@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import mlflow
@@ -11,7 +10,6 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from linc_core.model import LincPolicy
-from linc_core.presets import preset_configs
 from linc_core.train.data import GeneratedData
 from linc_core.train.loop import fit
 from orchestration.tracking import (
@@ -21,6 +19,7 @@ from orchestration.tracking import (
     flatten_params,
     resolve_tracking_uri,
 )
+from tests.conftest import tiny_configs
 
 
 @pytest.fixture(autouse=True)
@@ -93,17 +92,9 @@ def test_no_credential_ever_reaches_mlflow(tmp_path: Path) -> None:
 
 
 def test_mlflow_callback_logs_each_epoch(tmp_path: Path) -> None:
-    model, config = preset_configs(
-        "full_linc",
-        "cvrptw",
-        num_rollouts=4,
-        batch_size=4,
-        instances_per_epoch=4,
-        epochs=2,
-        validation_size=0,
+    model, config = tiny_configs(
+        num_rollouts=4, batch_size=4, instances_per_epoch=4, epochs=2, validation_size=0
     )
-    tiny = {"embedding_dim": 16, "encoder_layers": 1, "num_heads": 2, "ff_hidden_dim": 32}
-    model = dataclasses.replace(model, **tiny, scorer_hidden_dim=16, poly_hidden_dim=16)
     torch.manual_seed(0)
     uri = resolve_tracking_uri(None, tmp_path)
     mlflow.set_tracking_uri(uri)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decode import DecodeConfig, actions_to_solution, decode
 from linc_core.model import LincPolicy, sample_z
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.pyvrp_solver import solve_with_pyvrp
@@ -17,30 +18,47 @@ from linc_core.train import FixedData, GeneratedData, fit, train_step
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
 from linc_core.train.loop import policy_from_checkpoint
-
-TINY = {"embedding_dim": 32, "encoder_layers": 2, "num_heads": 4, "ff_hidden_dim": 64}
-
-
-def tiny_configs(preset: str, problem: str = "cvrptw", **train):
-    model, train_config = preset_configs(preset, problem, **train)
-    hidden = {"scorer_hidden_dim": 32, "poly_hidden_dim": 32}
-    return dataclasses.replace(model, **TINY, **hidden), train_config
+from linc_core.train.step import advantages, rollout_conditioning
+from linc_core.verify import verify_instance
+from tests.conftest import tiny_configs
 
 
 @pytest.mark.parametrize("problem", ["cvrptw", "cvrp", "tsp"])
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_every_preset_takes_a_training_step(preset: str, problem: str) -> None:
-    model, config = tiny_configs(preset, problem, num_rollouts=4, batch_size=3)
+    """The step reports the rollouts it sampled: replayed from the weights before the step and
+    the same random stream, their verified lengths give its mean and best-of-K costs, and their
+    log-likelihoods its loss ``-mean(A m log p)``; and the step moves the weights."""
+    k, batch, progress = 4, 3, 0.5
+    model, config = tiny_configs(preset, problem, num_rollouts=k, batch_size=batch)
     torch.manual_seed(0)
     policy = LincPolicy(model)
-    before = [p.detach().clone() for p in policy.parameters()]
+    before = copy.deepcopy(policy)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    instance = generate(problem, 3, 10, seed=11)
-    metrics = train_step(policy, optimizer, instance, config, 0.5, torch.Generator().manual_seed(1))
-    assert metrics.best_cost <= metrics.mean_cost
-    changed = sum(not torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
-    assert changed > 0
-    assert torch.isfinite(torch.tensor(metrics.loss))
+    instance = generate(problem, batch, 10, seed=11)
+    metrics = train_step(
+        policy, optimizer, instance, config, progress, torch.Generator().manual_seed(1)
+    )
+
+    generator = torch.Generator().manual_seed(1)
+    z, starts = rollout_conditioning(before, instance, k, config.multi_start, generator)
+    with torch.no_grad():
+        replay = before.train().rollout(instance, k, z=z, starts=starts, generator=generator)
+    verified = torch.zeros(batch, k, dtype=torch.float64)
+    for b in range(batch):
+        for j in range(k):
+            solution = actions_to_solution(replay.actions[b, j], problem, instance.num_nodes)
+            checked = verify_instance(instance, b, solution, convention="exact")
+            assert checked.feasible, checked.violations[:3]
+            verified[b, j] = checked.cost
+    assert metrics.mean_cost == pytest.approx(float(verified.mean()), rel=1e-5)
+    assert metrics.best_cost == pytest.approx(float(verified.min(1).values.mean()), rel=1e-5)
+    advantage, mask, tau = advantages(replay.cost.float(), config, progress)
+    expected_loss = -(advantage * mask * replay.log_likelihood).sum() / (batch * k)
+    assert metrics.loss == pytest.approx(float(expected_loss), rel=1e-4, abs=1e-6)
+    assert metrics.tau == tau
+    moved = zip(before.parameters(), policy.parameters(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in moved)
 
 
 def test_training_cuts_cost_and_approaches_pyvrp() -> None:
@@ -341,8 +359,6 @@ def test_chunked_training_step_has_the_loss_and_gradient_of_the_autograd_step(
     """``train_step`` (sample without autograd, replay the weighted decisions chunk by chunk)
     gives the gradient of the plain REINFORCE loss ``-mean(A m log p)`` of the same rollouts
     computed under autograd, to 1e-10 in float64, for any chunk size."""
-    from linc_core.train.step import advantages, rollout_conditioning
-
     k, batch = 6, 3
     instance = generate(problem, batch, 10, seed=5).to(dtype=torch.float64)
     grads = {}

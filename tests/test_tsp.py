@@ -1,4 +1,4 @@
-"""TSP environment: closed tours, hand-computed lengths, free first move."""
+"""TSP environment: closed tours, hand-computed lengths and consequence tables, free first move."""
 
 from __future__ import annotations
 
@@ -52,3 +52,54 @@ def test_random_rollouts_visit_every_city_once() -> None:
             path = closed[b, k]
             expected = dist[b, path[:-1], path[1:]].sum()
             assert final.cost[b, k].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_consequence_table_by_hand() -> None:
+    """Four cities at the tips of a rhombus about its centroid (3, 4):
+
+        city 0 (6, 4)  east,  angle 0        city 2 (0, 4)  west,  angle pi
+        city 1 (3, 8)  north, angle pi / 2   city 3 (3, 0)  south, angle -pi / 2
+
+    Distances: 0-1 = 0-3 = 2-1 = 2-3 = sqrt(3^2 + 4^2) = 5, 0-2 = 6, 1-3 = 8 (the largest, so
+    every distance feature is over 8). Distance to the centroid: 3, 4, 3, 4 -> 3/8 = 0.375 and
+    4/8 = 0.5. Angle: |wrap(theta_j - theta_current)| / pi.
+    """
+    instance = Instance.from_arrays("tsp", [(6, 4), (3, 8), (0, 4), (3, 0)], dtype=torch.float64)
+    env = TSPEnv(instance, num_rollouts=1)
+    assert env.feature_names == ("travel", "dist_to_start", "dist_to_centroid", "angle")
+
+    def table(state) -> torch.Tensor:
+        return env.consequences(state)[0, 0]  # [N, 4]: one row per city
+
+    state = env.reset()
+    assert torch.equal(table(state), torch.zeros(4, 4))  # no current city yet: all zero
+
+    # Rows are cities, columns (travel, dist_to_start, dist_to_centroid, angle).
+    moves = [
+        # Start at city 1 (north): travel = dist_to_start (city 1 is current and first), 5/8,
+        # 0, 5/8, 8/8. Angle from pi/2: city 0 |0 - pi/2| -> 0.5, city 1 0, city 2
+        # |pi - pi/2| -> 0.5, city 3 |-pi/2 - pi/2| = pi -> 1.
+        (
+            1,
+            [
+                [0.625, 0.625, 0.375, 0.5],
+                [0, 0, 0.5, 0],
+                [0.625, 0.625, 0.375, 0.5],
+                [1, 1, 0.5, 1],
+            ],
+        ),
+        # On to city 0 (east), city 1 stays first: travel from city 0 0, 5/8, 6/8, 5/8;
+        # dist_to_start as before. Angle from 0: 0, pi/2 -> 0.5, pi -> 1, -pi/2 -> 0.5.
+        (
+            0,
+            [
+                [0, 0.625, 0.375, 0],
+                [0.625, 0, 0.5, 0.5],
+                [0.75, 0.625, 0.375, 1],
+                [0.625, 1, 0.5, 0.5],
+            ],
+        ),
+    ]
+    for city, expected in moves:
+        state = env.step(state, torch.tensor([[city]]))
+        torch.testing.assert_close(table(state), torch.tensor(expected, dtype=torch.float64))

@@ -35,12 +35,14 @@ EXACT_INFEASIBLE_SOLOMON = {"R102", "R105", "R107", "R108", "R112", "R211", "RC1
 
 
 def _stems(folder: str, pattern: str) -> list[str]:
-    """Instance names for parametrisation; empty (so the tests skip) without the data."""
+    """Instance names for parametrisation. Without the data folder, or with no file matching,
+    one placeholder name whose test then fails on the ``data_dir`` fixture or on the missing
+    file (pytest would pass over an empty parameter set without failing)."""
     try:
         root = resolve_data_dir() / folder
     except FileNotFoundError:
-        return []
-    return sorted(p.stem for p in root.glob(pattern))
+        return ["benchmark-data-missing"]
+    return sorted(p.stem for p in root.glob(pattern)) or [f"no-{folder}-files"]
 
 
 def _bks_rows(data_dir: Path, folder: str) -> dict[str, dict[str, str]]:

@@ -7,7 +7,8 @@ Modules, one job each:
 - :mod:`~linc_core.evaluate.pyvrp_cache`: PyVRP costs per instance, solved once and cached;
 - :mod:`~linc_core.evaluate.scoring`: ``EvalRow``, ``score_solutions``, ``summarize``,
   ``evaluate_policy`` (the library entry point);
-- :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots;
+- :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots,
+  strict-JSON summaries, ``.sol`` solution files;
 - :mod:`~linc_core.evaluate.cli`: the ``linc-eval`` command.
 """
 
@@ -32,12 +33,15 @@ from linc_core.evaluate.reporting import (
     plot_routes,
     rows_csv,
     rows_parquet,
+    solution_sol,
+    summary_json,
 )
 from linc_core.evaluate.scoring import (
     EvalRow,
     Evaluation,
     error_rows,
     evaluate_policy,
+    planned_rollouts,
     score_solutions,
     summarize,
 )
@@ -59,11 +63,14 @@ __all__ = [
     "load_benchmark",
     "main",
     "markdown_table",
+    "planned_rollouts",
     "plot_routes",
     "pyvrp_costs",
     "rows_csv",
     "rows_parquet",
     "score_solutions",
     "solomon50",
+    "solution_sol",
     "summarize",
+    "summary_json",
 ]

@@ -9,8 +9,14 @@
 - ``synthetic-PROBLEM-SIZE`` (e.g. ``synthetic-cvrptw-100``): ``count`` instances from the
   training generator, seeded by ``data_seed`` (exact convention, no BKS);
 - any other value is a folder of Solomon-format files (Homberger-200 has that format); a
-  ``bks.csv`` in it with an ``instance`` column and a cost column is used when present. A file
-  that cannot be read becomes an error entry naming the file; the rest are loaded.
+  ``bks.csv`` in it with an ``instance`` column and a cost column is used when present. A
+  ``.txt`` file that is a Solomon file but cannot be read becomes an error entry naming the
+  file; files that are not instances at all (other suffixes, a ``.txt`` without the VEHICLE and
+  CUSTOMER sections: notes, the folder's own best-known values) are skipped and listed.
+
+Best-known values are matched to instance names case-insensitively (``C1_2_1`` in a CSV is
+``c1_2_1.txt``'s value). ``limit`` keeps the first files in name order, unreadable ones
+included, so an error beyond the limit is not reported.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ class BenchmarkSet:
         instances: B = 1 instances in float64 (file order).
         bks: best-known cost per instance name (missing names have none).
         errors: ``(file name, message)`` of every file that could not be read.
+        sources: the file each instance was read from, by instance name (sets cut or generated
+            in memory have none).
+        skipped: ``(file name, why)`` of the folder's files that are not instances.
     """
 
     name: str
@@ -50,6 +59,12 @@ class BenchmarkSet:
     instances: list[Instance]
     bks: dict[str, float] = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    sources: dict[str, Path] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def without_bks(self) -> list[str]:
+        """Names of the instances that have no best-known value."""
+        return [i.names[0] for i in self.instances if i.names[0] not in self.bks]
 
 
 def load_benchmark(
@@ -63,7 +78,7 @@ def load_benchmark(
     """A named set (module docstring) or a folder of Solomon-format files.
 
     Args:
-        limit: keep the first ``limit`` instances (file order).
+        limit: keep the first ``limit`` files (name order; unreadable ones count).
         count, data_seed: size and seed of a ``synthetic-*`` set.
         root: data folder (default ``benchmarks.data_dir()``).
     """
@@ -81,16 +96,18 @@ def load_benchmark(
         return _solomon50_set(root, limit)
     if name == "solomon100":
         loaded = _solomon_folder(_solomon100_folder(root), name, limit)
-        return replace(loaded, bks=load_bks("solomon100", root))
+        return _with_bks(loaded, load_bks("solomon100", root))
     if name in ("tsplib", "cvrplib_x", "xml100"):
         spec = get_benchmark(name)
-        instances, errors = [], []
+        instances, errors, sources = [], [], {}
         for path in list_instances(name, root)[:limit]:
             try:
                 instances.append(spec.read(path))
+                sources[instances[-1].names[0]] = path
             except (InstanceError, OSError) as err:
                 errors.append((path.name, str(err)))
-        return BenchmarkSet(name, spec.convention, instances, load_bks(name, root), errors)
+        loaded = BenchmarkSet(name, spec.convention, instances, {}, errors, sources)
+        return _with_bks(loaded, load_bks(name, root))
     folder = Path(name).expanduser()
     if not folder.is_dir():
         raise ValueError(
@@ -135,8 +152,47 @@ def _solomon50_set(root: str | os.PathLike[str] | None, limit: int | None) -> Be
 
 
 def _solomon_folder(folder: Path, name: str, limit: int | None) -> BenchmarkSet:
+    """A folder's Solomon files: the first ``limit`` in name order, errors included."""
     instances, failures = read_solomon_folder(folder)
-    errors = [(path.name, str(err)) for path, err in failures]
+    errors, skipped = [], []
+    for path, err in failures:
+        if _names_solomon_sections(path):
+            errors.append((path, str(err)))
+        else:
+            skipped.append((path.name, "a .txt without the VEHICLE and CUSTOMER sections"))
+    files = {p.stem: p for p in folder.iterdir() if p.is_file() and p.suffix.lower() == ".txt"}
+    entries = sorted(
+        [(files[i.names[0]].name, i) for i in instances] + [(p.name, e) for p, e in errors],
+        key=lambda entry: entry[0],
+    )[:limit]
+    kept = [entry for _, entry in entries if isinstance(entry, Instance)]
+    errors = [(file, entry) for file, entry in entries if isinstance(entry, str)]
+    skipped += [
+        (p.name, "not a .txt file")
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.suffix.lower() != ".txt" and p.name != "bks.csv"
+    ]
     bks_file = folder / "bks.csv"
     bks = read_bks_csv(bks_file, FOLDER_BKS_COLUMNS) if bks_file.is_file() else {}
-    return BenchmarkSet(name, convention_for("solomon"), instances[:limit], bks, errors)
+    sources = {i.names[0]: files[i.names[0]] for i in kept}
+    skipped.sort()
+    loaded = BenchmarkSet(name, convention_for("solomon"), kept, {}, errors, sources, skipped)
+    return _with_bks(loaded, bks)
+
+
+def _names_solomon_sections(path: Path) -> bool:
+    """Whether a file that failed to read still looks like a Solomon file (an error to report)
+    rather than some other text (a note, a best-known table: skipped)."""
+    try:
+        text = path.read_text(errors="replace").upper()
+    except OSError:
+        return True  # unreadable: report it, whatever it is
+    return "VEHICLE" in text and "CUSTOMER" in text
+
+
+def _with_bks(loaded: BenchmarkSet, table: dict[str, float]) -> BenchmarkSet:
+    """``loaded`` with the best-known values of its instances, names matched ignoring case."""
+    by_folded = {name.casefold(): value for name, value in table.items()}
+    names = (i.names[0] for i in loaded.instances)
+    bks = {n: by_folded[n.casefold()] for n in names if n.casefold() in by_folded}
+    return replace(loaded, bks=bks)

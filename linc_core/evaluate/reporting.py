@@ -1,4 +1,5 @@
-"""Reporting: per-instance rows as CSV and Parquet, a paper-shaped markdown table, route plots.
+"""Reporting: per-instance rows as CSV and Parquet, a paper-shaped markdown table, route plots,
+the summary as JSON and each solution as a CVRPLIB-style ``.sol`` file.
 
 Every function returns bytes or text; writing them (atomically) is the caller's job.
 """
@@ -7,15 +8,19 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from linc_core.evaluate.scoring import EvalRow
 from linc_core.instances import Instance
+from linc_core.plotting import new_figure, png_bytes
 
 
 def rows_csv(rows: Sequence[EvalRow]) -> bytes:
@@ -33,6 +38,45 @@ def rows_parquet(rows: Sequence[EvalRow]) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
+
+
+def summary_json(record: dict[str, Any]) -> bytes:
+    """``record`` as strict JSON: a value that is not a finite number (no BKS: NaN) is ``null``,
+    where ``json.dumps`` would write ``NaN``, which JSON readers refuse."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(record), indent=2, allow_nan=False).encode()
+
+
+def solution_sol(
+    solution: Sequence[Sequence[int]],
+    row: EvalRow,
+    convention: str,
+    source: Path | None = None,
+) -> bytes:
+    """One instance's solution in CVRPLIB's ``.sol`` syntax, for ``linc-solve --verify``.
+
+    ``Route #i: c1 c2 ...`` lines (customer ids, the depot implicit; a TSP tour as one route of
+    city ids from 0), then ``Cost`` under ``convention`` when the solution is feasible, the
+    ``Instance`` file it solves (absolute) when there is one, and the ``Convention``.
+    """
+    lines = [f"Route #{i}: {' '.join(map(str, route))}" for i, route in enumerate(solution, 1)]
+    if row.feasible:
+        lines.append(f"Cost {row.cost:.6f}".rstrip("0").rstrip("."))
+    else:
+        lines.append(f"# infeasible: {row.error}")
+    if source is not None:
+        lines.append(f"Instance {source.resolve()}")
+    lines += [f"Convention {convention}", f"# {row.method}"]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def format_seconds(seconds: float) -> str:
@@ -105,12 +149,9 @@ def markdown_table(
 def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: str) -> bytes:
     """PNG bytes of one solution: depot square, customers, one colour per route."""
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     locs = instance.locs[0].detach().cpu().double().numpy()
-    figure = Figure(figsize=(6, 6), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = new_figure(6, 6)
     axes = figure.add_subplot()
     cmap = matplotlib.colormaps["tab20"]
     for r, route in enumerate(solution):
@@ -123,6 +164,4 @@ def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: st
         axes.scatter(locs[:1, 0], locs[:1, 1], s=80, marker="s", color="red", zorder=4)
     axes.set_title(title, fontsize=9)
     axes.set_aspect("equal")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return png_bytes(figure, tight=False)

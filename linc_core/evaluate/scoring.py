@@ -215,6 +215,24 @@ def evaluate_policy(
     )
 
 
+def planned_rollouts(
+    config: DecodeConfig, instances: Instance | Sequence[Instance], z_dim: int
+) -> int | None:
+    """Rollouts ``evaluate_policy`` will decode on ``instances`` (a progress bar's total);
+    None for SGBS, whose simulations depend on the search."""
+    if config.method == "sgbs":
+        return None
+    singles = _as_singles(instances)
+    if config.method == "multistart":
+        starts = config.num_starts
+        per_copy = sum(
+            i.num_customers if starts is None else min(starts, i.num_customers) for i in singles
+        )
+        return per_copy * config.augment
+    per_copy = 1 if config.method == "greedy" and z_dim == 0 else config.num_z
+    return per_copy * config.augment * len(singles)
+
+
 def _as_singles(instances: Instance | Sequence[Instance]) -> list[Instance]:
     batches = [instances] if isinstance(instances, Instance) else list(instances)
     singles, counter = [], 0

@@ -168,7 +168,7 @@ class LincPolicy(nn.Module):
         if rows is not None and rows.size != instance.batch_size:
             raise ValueError(f"rows {rows} do not match a batch of {instance.batch_size}")
         env = make_env(instance, num_rollouts, **(env_kwargs or {}))
-        pick = greedy if decoding == "greedy" else generator_sampler(generator, rows)
+        pick = greedy if decoding == "greedy" else generator_sampler(generator, num_rollouts, rows)
         chooser = PolicyChooser(
             self,
             env,

@@ -1,8 +1,12 @@
 """The random draws of rollouts: z-vectors, action sampling, and the choice rules built on them.
 
-A choice rule ``pick(log_probs, step) -> [B, K] actions`` turns a step's log-probabilities into
-actions; the rollout engine calls it once per decision. There is one inverse-CDF sampler
-(``sample_with_uniforms``); the rules differ only in where the uniforms come from:
+A choice rule ``pick(log_probs, step, positions) -> actions`` turns a step's log-probabilities
+into actions; the rollout engine calls it once per decision. ``positions`` (``[B, K']`` or None)
+says which of the K rollouts the rows of ``log_probs`` are when the caller decides only some of
+them (rollouts with a single feasible action need no model): a sampler still draws its uniforms
+for all K rollouts, so every rollout gets the same noise whichever rollouts are decided. There is
+one inverse-CDF sampler (``sample_with_uniforms``); the rules differ only in where the uniforms
+come from:
 
 - ``sample_from_log_probs`` / ``generator_sampler``: a ``torch.Generator`` stream (training).
   With ``BatchRows`` the uniforms are drawn for the whole batch and sliced, so a data-parallel
@@ -20,8 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-# Chooses ``[B, K]`` actions from ``[B, K, N]`` log-probabilities at decision ``step``.
-Pick = Callable[[Tensor, int], Tensor]
+# Chooses ``[B, K']`` actions from ``[B, K', N]`` log-probabilities at decision ``step``; the
+# optional ``[B, K']`` positions name the rollouts the rows are (None: all K, in order).
+Pick = Callable[[Tensor, int, Tensor | None], Tensor]
 
 # splitmix64 constants as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15
@@ -99,6 +104,26 @@ def sample_with_uniforms(log_probs: Tensor, uniforms: Tensor) -> Tensor:
     return (cdf <= threshold).sum(-1).clamp_max(log_probs.shape[-1] - 1)
 
 
+def draw_uniforms(
+    generator: torch.Generator | None,
+    batch: int,
+    num_rollouts: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    rows: BatchRows | None = None,
+) -> Tensor:
+    """``[B, K]`` uniforms from ``generator``: one per rollout of the batch.
+
+    With ``rows`` the uniforms are drawn for ``[rows.total, K]`` and sliced, consuming
+    ``generator`` as the whole batch would.
+    """
+    shape = (batch if rows is None else rows.total, num_rollouts, 1)
+    uniforms = torch.rand(shape, generator=generator, device=device, dtype=dtype)
+    if rows is not None:
+        uniforms = uniforms[rows.index]
+    return uniforms.squeeze(-1)
+
+
 def sample_from_log_probs(
     log_probs: Tensor, generator: torch.Generator | None, rows: BatchRows | None = None
 ) -> Tensor:
@@ -106,33 +131,37 @@ def sample_from_log_probs(
 
     Args:
         log_probs: ``[B, K, N]``.
-        rows: when the B instances are rows of a larger batch, the uniforms are drawn for
-            ``[rows.total, K]`` and sliced, consuming ``generator`` as the whole batch would.
+        rows: the B instances are these rows of a larger batch (see ``draw_uniforms``).
 
     Returns:
         ``[B, K]`` long.
     """
-    shape = tuple(log_probs.shape[:-1]) + (1,)
-    if rows is not None:
-        shape = (rows.total,) + shape[1:]
-    uniforms = torch.rand(
-        shape, generator=generator, device=log_probs.device, dtype=log_probs.dtype
-    )
-    if rows is not None:
-        uniforms = uniforms[rows.index]
-    return sample_with_uniforms(log_probs, uniforms.squeeze(-1))
+    b, k, _ = log_probs.shape
+    uniforms = draw_uniforms(generator, b, k, log_probs.dtype, log_probs.device, rows)
+    return sample_with_uniforms(log_probs, uniforms)
 
 
-def generator_sampler(generator: torch.Generator | None, rows: BatchRows | None = None) -> Pick:
-    """The training choice rule: ``sample_from_log_probs`` with one generator stream."""
+def _at(values: Tensor, positions: Tensor | None) -> Tensor:
+    return values if positions is None else values.gather(1, positions)
 
-    def pick(log_probs: Tensor, step: int) -> Tensor:
-        return sample_from_log_probs(log_probs, generator, rows)
+
+def generator_sampler(
+    generator: torch.Generator | None, num_rollouts: int, rows: BatchRows | None = None
+) -> Pick:
+    """The training choice rule: inverse-CDF sampling with one generator stream, which draws
+    ``[B, num_rollouts]`` uniforms per decision whichever rollouts are decided."""
+
+    def pick(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
+        b = log_probs.shape[0]
+        uniforms = draw_uniforms(
+            generator, b, num_rollouts, log_probs.dtype, log_probs.device, rows
+        )
+        return sample_with_uniforms(log_probs, _at(uniforms, positions))
 
     return pick
 
 
-def greedy(log_probs: Tensor, step: int) -> Tensor:
+def greedy(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
     """The greedy choice rule: argmax (the first of equal maxima)."""
     return log_probs.argmax(-1)
 
@@ -174,8 +203,8 @@ def keyed_sampler(keys: Tensor) -> Pick:
         keys: ``[R, K]`` from ``rollout_keys``.
     """
 
-    def pick(log_probs: Tensor, step: int) -> Tensor:
-        return sample_with_uniforms(log_probs, step_uniforms(keys, step))
+    def pick(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
+        return sample_with_uniforms(log_probs, _at(step_uniforms(keys, step), positions))
 
     return pick
 
@@ -183,6 +212,7 @@ def keyed_sampler(keys: Tensor) -> Pick:
 __all__ = [
     "BatchRows",
     "Pick",
+    "draw_uniforms",
     "generator_sampler",
     "greedy",
     "keyed_sampler",

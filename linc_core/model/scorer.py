@@ -264,20 +264,20 @@ class CandidateScorer(nn.Module):
             in_place = not torch.is_grad_enabled()
             s = self.summary_input_proj(inputs)  # [R, 3H]
             s = torch.ops.aten.gelu_(s) if in_place else nn.functional.gelu(s)
-            hidden = s.shape[-1] // 3
+            # One split, not three slices: the slices' backward would zero-fill a [R, 3H]
+            # gradient three times, which costs as much as a GEMM of the dense replay.
+            s_gamma, s_beta, s_alpha = s.split(s.shape[-1] // 3, dim=-1)
             gamma = self.summary_to_gamma
             # (1 + gamma) / 2 = sigmoid(2 (W s + b)): the 2 folded into the (small) weights
-            half_scale = torch.addmm(
-                2.0 * gamma.bias, s[:, :hidden], 2.0 * gamma.weight.t()
-            ).sigmoid_()
+            half_scale = torch.addmm(2.0 * gamma.bias, s_gamma, 2.0 * gamma.weight.t()).sigmoid_()
             alpha = torch.sigmoid(
                 nn.functional.linear(
-                    s[:, 2 * hidden :], self.summary_to_alpha.weight, self.summary_to_alpha.bias
+                    s_alpha, self.summary_to_alpha.weight, self.summary_to_alpha.bias
                 )
             )
             folded_weight = projection.t() @ self.summary_to_beta.weight  # [P(+1), H]
             folded_bias = projection.t() @ self.summary_to_beta.bias  # [P(+1)]
-            beta_part = torch.addmm(folded_bias, s[:, hidden : 2 * hidden], folded_weight.t())
+            beta_part = torch.addmm(folded_bias, s_beta, folded_weight.t())
             if rows is not None:
                 # A forced rollout's scores do not matter (its one action has probability 1
                 # whatever they are); neutral values keep them finite.

@@ -37,7 +37,6 @@ from linc_core.plan import (
 from linc_core.presets import PRESETS
 from linc_core.protocols import PROTOCOLS, protocol_named
 from linc_core.runtime import tune_cpu_allocator
-from linc_core.seeding import derive_seed
 from linc_core.train.loop import (
     PrintProgress,
     fit,
@@ -125,14 +124,12 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
     train = {key: value for key, value in train.items() if value is not None}
     if args.morph_from is not None:
         train["morph_epochs"] = args.morph_epochs
-    data = DataSource(protocol.data, args.problem, args.size, derive_seed(args.seed, "data"))
     return resolve_run(
         args.preset,
-        data,
+        DataSource(protocol.data, args.problem, args.size),  # the stream follows --seed
         protocol=args.protocol,
         train=train,
         validation="training_set" if protocol.data == "solomon50" else "generated",
-        validation_seed=derive_seed(args.seed, "validation-set"),
     )
 
 
