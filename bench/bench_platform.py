@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 TARGET_OVERHEAD = 1.05
+TARGET_TRIAL_RSS_GB = 1.2
 TRIAL_SECONDS = 60.0
 
 
@@ -80,7 +81,7 @@ def bench_platform(quick: bool = False) -> list[dict]:
 
     target_seconds = 15.0 if quick else TRIAL_SECONDS
     repeats = 1 if quick else 3
-    direct_runs, tuned_runs = [], []
+    direct_runs, tuned_runs, trial_rss = [], [], []
     with tempfile.TemporaryDirectory(prefix="linc-bench-platform-") as tmp:
         root = Path(tmp)
         # Early epochs are the slow ones (an untrained policy builds longer routes), so a
@@ -98,8 +99,9 @@ def bench_platform(quick: bool = False) -> list[dict]:
         for repeat in range(repeats):  # interleaved: a drifting host affects both sides alike
             direct_runs.append(_direct_seconds(config, root / f"direct{repeat}"))
             start = time.perf_counter()
-            run_training(config, name=f"overhead{repeat}")
+            result = run_training(config, name=f"overhead{repeat}")
             tuned_runs.append(time.perf_counter() - start)
+            trial_rss.append(result.rows[0]["peak_rss_gb"])  # a fresh trial process each time
         sweep_trials = 3
         start = time.perf_counter()
         _sweep_of_identical_trials(config, "overhead-sweep", sweep_trials)
@@ -119,6 +121,13 @@ def bench_platform(quick: bool = False) -> list[dict]:
             "peer_name": "same trial under Ray Tune + MLflow (lower ratio = more overhead)",
             "ratio": direct / tuned,
             "target": 1 / TARGET_OVERHEAD,
+        },
+        {
+            "name": f"peak RSS GB of a cpu-preset trial process ({epochs} epochs, max of "
+            f"{repeats})",
+            "ours": max(trial_rss),
+            "ratio": max(trial_rss) / TARGET_TRIAL_RSS_GB,
+            "target": TARGET_TRIAL_RSS_GB,
         },
         {
             "name": f"per trial of a {sweep_trials}-trial sweep (reused process) vs fit direct",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import resource
 import sys
 
 logger = logging.getLogger(__name__)
@@ -40,3 +41,10 @@ def tune_cpu_allocator() -> bool:
         logger.debug("mallopt refused the allocator thresholds")
         return False
     return True
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident set size so far, in GB (10^9 bytes; ``ru_maxrss`` is KiB on
+    Linux). A process that ran several trials (``cluster.reuse_actors``) reports its peak over
+    all of them."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -26,8 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linc_core.presets import PRESETS
-from orchestration.ablation_stats import Interval, VariantStatistics, variant_statistics
+from orchestration.ablation_stats import (
+    Interval,
+    VariantStatistics,
+    paired_gap_pct,
+    variant_statistics,
+)
 from orchestration.figures import Chart, ablation_chart, pairwise_curves, training_curves
+
+logger = logging.getLogger(__name__)
 
 EVALUATION_ROWS = "evaluation_rows.csv"
 CURVE_METRIC = "train_best_cost"
@@ -49,6 +57,50 @@ class AblationData:
     rows: list[dict[str, Any]]
     costs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
     histories: dict[str, dict[int, History]] = field(default_factory=dict)
+
+
+def finished_trial_runs(
+    client: Any, experiment: str, *, sweep: str | None = None, parent_run_id: str | None = None
+) -> list[Any]:
+    """Finished trial runs (not sweep parents) of the MLflow experiment named ``experiment``,
+    optionally of one sweep (its ``sweep`` tag) or under one parent run.
+
+    Raises:
+        LookupError: no experiment of that name in the client's store.
+    """
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no MLflow experiment {experiment!r} at {client.tracking_uri}")
+    query = "attributes.status = 'FINISHED' and tags.variant != ''"
+    if sweep:
+        query += f" and tags.sweep = '{sweep}'"
+    if parent_run_id:
+        query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    return client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
+
+
+def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """One row per run: its id, variant, seed, sweep, evaluation set and results."""
+    rows = []
+    for run in runs:
+        metrics, tags = run.data.metrics, run.data.tags
+        rows.append(
+            {
+                "run_id": run.info.run_id,
+                "variant": tags.get("variant"),
+                "seed": tags.get("seed"),
+                "sweep": tags.get("sweep"),
+                "eval_set": tags.get("eval_set"),
+                "eval_cost": metrics.get("eval_cost"),
+                "eval_infeasible": metrics.get("eval_infeasible"),
+                "epochs": metrics.get("epoch"),
+                "parameters": metrics.get("num_parameters"),
+                "seconds": (run.info.end_time - run.info.start_time) / 1000.0
+                if run.info.end_time
+                else None,
+            }
+        )
+    return rows
 
 
 def evaluation_costs(csv_text: str) -> dict[str, float]:
@@ -154,6 +206,24 @@ def statistics_csv(stats: Sequence[VariantStatistics]) -> bytes:
     return buffer.getvalue().encode()
 
 
+def trial_gaps(data: AblationData, compare_to: str | None) -> dict[str, float]:
+    """``{run_id: gap_pct}``: each trial's paired gap to the ``compare_to`` trial of the same
+    seed, over the instances both evaluated (:func:`~orchestration.ablation_stats.paired_gap_pct`);
+    the comparison's own trials get 0."""
+    gaps: dict[str, float] = {}
+    reference = data.costs.get(compare_to or "", {})
+    for row in data.rows:
+        seed = int(row["seed"])
+        ours = data.costs.get(row["variant"], {}).get(seed)
+        theirs = reference.get(seed)
+        if ours is None or theirs is None:
+            continue
+        gap = paired_gap_pct(ours, theirs)
+        if gap is not None:
+            gaps[row["run_id"]] = gap
+    return gaps
+
+
 def report_charts(
     data: AblationData, compare_to: str | None, stats: Sequence[VariantStatistics] | None = None
 ) -> dict[str, Chart]:
@@ -189,13 +259,47 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
     return files | {name: chart.png for name, chart in charts.items()}
 
 
+def log_ablation_report(parent: Any, experiment: str, compare_to: str | None) -> None:
+    """Write the report of the trial runs under the sweep's ``parent`` run (a
+    :class:`~orchestration.run_writer.RunWriter`) onto it as artifacts (:func:`report_files`),
+    and each trial run's paired gap to ``compare_to`` of its seed as its ``gap_pct`` metric
+    (:func:`trial_gaps`). A store that does not answer costs the report, with a warning naming
+    the command that rebuilds it, never the sweep."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=parent.tracking_uri)
+    try:
+        runs = finished_trial_runs(client, experiment, parent_run_id=parent.run_id)
+        data = collect(client, run_rows(runs))
+        compare = compare_to if compare_to in data.costs else None
+        files = report_files(data, compare)
+        for run_id, gap in trial_gaps(data, compare).items():
+            client.log_metric(run_id, "gap_pct", gap)
+    except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
+        logger.warning(
+            "ablation report not logged on run %s (%s); rebuild it with: linc-report ablation "
+            "--tracking-uri %s --experiment %s --out DIR",
+            parent.run_id,
+            " ".join(str(err).split())[:200],
+            parent.tracking_uri,
+            experiment,
+        )
+        return
+    for name, content in files.items():
+        parent.log_bytes(content, f"report/{name}")
+
+
 __all__ = [
     "AblationData",
     "collect",
     "evaluation_costs",
+    "finished_trial_runs",
+    "log_ablation_report",
     "report_charts",
     "report_files",
+    "run_rows",
     "statistics",
     "statistics_csv",
     "statistics_markdown",
+    "trial_gaps",
 ]

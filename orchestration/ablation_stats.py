@@ -118,6 +118,17 @@ def _grid(
     return np.asarray([[costs[s][n] for n in names] for s in seeds], dtype=np.float64)
 
 
+def paired_gap_pct(ours: Mapping[str, float], theirs: Mapping[str, float]) -> float | None:
+    """``100 mean_i (ours[i] - theirs[i]) / mean_i theirs[i]`` over the instances both have
+    (None: none shared): one seed's gap, as :func:`variant_statistics` takes it over seeds."""
+    shared = sorted(set(ours) & set(theirs))
+    if not shared:
+        return None
+    a = np.asarray([ours[n] for n in shared], dtype=np.float64)
+    b = np.asarray([theirs[n] for n in shared], dtype=np.float64)
+    return float(100.0 * (a - b).mean() / b.mean())
+
+
 def variant_statistics(
     costs: Costs,
     compare_to: str | None,
@@ -183,6 +194,7 @@ def variant_statistics(
 __all__ = [
     "BOOTSTRAP_SEED",
     "REPLICATES",
+    "paired_gap_pct",
     "Interval",
     "VariantStatistics",
     "paired_bootstrap",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray import tune
 
+from orchestration.ablation_report import log_ablation_report
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.console import TUNE_VERBOSE, init_sweep_ray, trial_events
 from orchestration.datasets import open_filesystem
@@ -33,7 +35,7 @@ from orchestration.resources import PendingTimeout, PendingTimeoutError, placeme
 from orchestration.run_writer import RunWriter
 from orchestration.schedulers import SweepASHAScheduler, SweepFIFOScheduler
 from orchestration.sweep_runs import finish_sweep, open_parent_run
-from orchestration.tables import ablation_table, aggregate_rows, search_table
+from orchestration.tables import ablation_table, search_table
 from orchestration.trainable import train_linc
 
 
@@ -67,8 +69,11 @@ class Experiment:
         assert self.parent.run_id is not None
         return self.parent.run_id
 
-    def finish(self, *, failed: bool, stopped: bool = False) -> None:
-        """Settle the sweep's runs (see :func:`~orchestration.sweep_runs.finish_sweep`)."""
+    def finish(
+        self, *, failed: bool, stopped: bool = False, report: Callable[[], None] | None = None
+    ) -> None:
+        """Settle the sweep's runs, then ``report`` (see
+        :func:`~orchestration.sweep_runs.finish_sweep`)."""
         finish_sweep(
             self.parent,
             self.results,
@@ -76,6 +81,7 @@ class Experiment:
             stopped=stopped,
             failed=failed,
             flush_timeout_s=self.flush_timeout_s,
+            report=report,
         )
 
 
@@ -264,11 +270,11 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
     parent.log_text(table, "ablation_table.md")
     parent.log_text(json.dumps(rows, indent=2), "ablation_rows.json")
     parent.log_metric("sweep_seconds", time.perf_counter() - started)
-    for row in aggregate_rows(rows, spec.compare_to):
-        if row["gap_pct"] is not None:
-            parent.log_metric(f"gap_pct.{row['variant']}", row["gap_pct"])
     failed = bool(results.errors)
-    experiment.finish(failed=failed)
+    experiment.finish(
+        failed=failed,
+        report=lambda: log_ablation_report(parent, experiment.experiment, spec.compare_to),
+    )
     if failed:
         raise RuntimeError(
             f"{spec.name}: {len(results.errors)} trial(s) failed; "
@@ -365,6 +371,7 @@ def _result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         "train_best_cost": metrics.get("train_best_cost"),
         "epochs": metrics.get("epoch"),
         "seconds": metrics.get("time_total_s"),
+        "peak_rss_gb": metrics.get("peak_rss_gb"),
         "error": None if result.error is None else str(result.error).splitlines()[0][:200],
         "config": {key: _dotted_get(config, key) for key in keys},
     }

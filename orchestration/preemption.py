@@ -23,9 +23,10 @@ import atexit
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 logger = logging.getLogger(__name__)
@@ -67,14 +68,20 @@ class TrialGuard:
 
     def hold(self) -> None:
         """Ask training to stop and wait for its checkpoint, at most ``grace_s`` seconds."""
-        logger.warning(
-            "process %d is ending (SIGTERM): checkpointing the current step (grace %.0f s)",
-            os.getpid(),
-            self.grace_s,
+        self._stop.set()  # first: nothing below may keep the checkpoint from being written
+        _say(
+            f"process {os.getpid()} is ending (SIGTERM): checkpointing the current step "
+            f"(grace {self.grace_s:.0f} s)"
         )
-        self._stop.set()
         if not self._done.wait(self.grace_s):
-            logger.warning("no checkpoint within %.0f s: the last epoch's is kept", self.grace_s)
+            _say(f"no checkpoint within {self.grace_s:.0f} s: the last epoch's is kept")
+
+
+def _say(message: str) -> None:
+    """A warning from an exiting process: to stderr directly, since logging may already be
+    shut down by then (Ray's worker logging configuration ends its handlers at exit)."""
+    with suppress(OSError, ValueError):
+        print(f"WARNING {__name__}: {message}", file=sys.stderr, flush=True)
 
 
 def _hold_exit() -> None:

@@ -147,9 +147,13 @@ class RunWriter:
         self._append({"op": "artifact", "file": name, "name": source.name, "path": artifact_path})
 
     def log_text(self, text: str, artifact_file: str) -> None:
+        self.log_bytes(text.encode(), artifact_file)
+
+    def log_bytes(self, content: bytes, artifact_file: str) -> None:
+        """Queue ``content`` as the artifact ``artifact_file`` (``folder/name``; a PNG, a CSV)."""
         folder, _, name = artifact_file.rpartition("/")
         local = self._spool / f"{uuid.uuid4().hex[:12]}-{name}"
-        write_atomic(local, text.encode())
+        write_atomic(local, content)
         self._append({"op": "artifact", "file": local.name, "name": name, "path": folder or None})
 
     def log_dict(self, values: Any, artifact_file: str) -> None:

@@ -23,20 +23,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from linc_core.atomic import write_atomic
+from linc_core.train.checkpoint import CHECKPOINT_NAME
 from orchestration.plan import TrialPlan
 from orchestration.run_writer import JOURNAL_FILE, RunWriter
-from orchestration.tracking import ensure_experiment
+from orchestration.tracking import PARENT_RUN_TAG, TRIAL_TAG, ensure_experiment
 
 logger = logging.getLogger(__name__)
 
 SWEEP_FILE = "linc_sweep.json"
-PARENT_RUN_TAG = "mlflow.parentRunId"
 
 
 @dataclass(frozen=True)
@@ -126,13 +127,19 @@ def finish_sweep(
     stopped: bool,
     failed: bool,
     flush_timeout_s: float,
+    report: Callable[[], None] | None = None,
 ) -> None:
-    """Replay the trials' leftover journals, settle every trial run still RUNNING and the parent
-    run (KILLED when ``stopped``, else FAILED when ``failed``, else FINISHED), then flush."""
+    """Replay the trials' leftover journals, settle every trial run still RUNNING, tag each
+    trial run with its final checkpoint, run ``report`` (the trial runs are complete by then),
+    and set the parent run's status (KILLED when ``stopped``, else FAILED when ``failed``, else
+    FINISHED), then flush."""
     for result in results or ():
         _replay_journal(result, parent.tracking_uri, flush_timeout_s)
     status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
     _settle_children(parent, experiment, "KILLED" if stopped else "FAILED", flush_timeout_s)
+    _tag_final_checkpoints(parent, experiment, results)
+    if report is not None:
+        report()
     parent.set_status(status)
     parent.close(flush_timeout_s)
 
@@ -154,6 +161,45 @@ def _replay_journal(result: Any, tracking_uri: str, timeout: float) -> None:
             logger.warning("could not read the tracking journal of %s: %s", checkpoint.path, err)
         return
     writer.close(timeout)
+
+
+def checkpoint_uri(result: Any) -> str | None:
+    """Where a Tune result's final checkpoint file lives for good: a local path (what
+    ``linc-eval --checkpoint`` reads) or ``s3://bucket/...`` (None: no checkpoint)."""
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None:
+        return None
+    path = f"{checkpoint.path}/{CHECKPOINT_NAME}"
+    scheme = getattr(checkpoint.filesystem, "type_name", "local")
+    return path if scheme == "local" else f"{scheme}://{path}"
+
+
+def _tag_final_checkpoints(parent: RunWriter, experiment: str, results: Any) -> None:
+    """Tag every trial run under ``parent`` with ``checkpoint``: its final checkpoint's durable
+    URI (:func:`checkpoint_uri`), matched by the trial id each run carries."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    by_trial = {}
+    for result in results or ():
+        uri = checkpoint_uri(result)
+        trial_id = (result.metrics or {}).get("trial_id")
+        if uri is not None and trial_id is not None:
+            by_trial[trial_id] = uri
+    if not by_trial:
+        return
+    client = MlflowClient(tracking_uri=parent.tracking_uri)
+    try:
+        experiment_id = ensure_experiment(parent.tracking_uri, experiment)
+        runs = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent.run_id}'"
+        )
+        for run in runs:
+            uri = by_trial.get(run.data.tags.get(TRIAL_TAG))
+            if uri is not None:
+                client.set_tag(run.info.run_id, "checkpoint", uri)
+    except (MlflowException, OSError) as err:
+        logger.warning("tracking store %s: checkpoint tags not set: %s", parent.tracking_uri, err)
 
 
 def _settle_children(parent: RunWriter, experiment: str, status: str, timeout: float) -> None:
@@ -186,4 +232,11 @@ def _settle_children(parent: RunWriter, experiment: str, status: str, timeout: f
         writer.close(max(0.0, deadline - time.monotonic()))
 
 
-__all__ = ["SWEEP_FILE", "SweepRecord", "finish_sweep", "open_parent_run", "read_record"]
+__all__ = [
+    "SWEEP_FILE",
+    "SweepRecord",
+    "checkpoint_uri",
+    "finish_sweep",
+    "open_parent_run",
+    "read_record",
+]

@@ -9,6 +9,7 @@ dropped before it can reach the tracking store.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -28,6 +29,23 @@ except ImportError:  # pragma: no cover - only if MLflow moves the constant
 
 CREDENTIAL_PATTERN = re.compile(
     r"secret|password|token|key_id|access_key|credential", re.IGNORECASE
+)
+# A trial's run is nested under its sweep's parent run (MLflow's own tag) and found again on a
+# retry by the Tune trial id it carries.
+PARENT_RUN_TAG = "mlflow.parentRunId"
+TRIAL_TAG = "linc.trial_id"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+# A view of the runs table kept on the experiment, as the MLflow UI's "share view" stores it.
+RUNS_VIEW = "linc-runs"
+RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW}"
+RUNS_TABLE_METRICS = (
+    "eval_cost",
+    "gap_pct",
+    "eval_infeasible",
+    "train_best_cost",
+    "validation_cost",
+    "epoch",
+    "peak_rss_gb",
 )
 EPOCH_METRICS: tuple[str, ...] = (
     "epoch",
@@ -88,14 +106,55 @@ def flatten_params(
     return flat
 
 
+def runs_view_state() -> str:
+    """The runs table linc's experiments open with (the MLflow UI's shared view state, JSON):
+    variant, seed and the metrics that compare runs as columns, best evaluation cost first.
+    :func:`runs_view_url` links to it."""
+    columns = [f"tags.`{key}`" for key in ("variant", "seed")]
+    columns += [f"metrics.`{key}`" for key in RUNS_TABLE_METRICS]
+    columns.append("attributes.`Duration`")
+    state = {
+        "selectedColumns": columns,
+        "orderByKey": "metrics.`eval_cost`",
+        "orderByAsc": True,
+        "runsHiddenMode": "SHOW_ALL",
+    }
+    return json.dumps(state)
+
+
+def runs_view_url(ui_address: str, experiment_id: str) -> str:
+    """The MLflow UI page of ``experiment_id`` with :func:`runs_view_state`'s table."""
+    return f"{ui_address.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={RUNS_VIEW}"
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: beside a SQLite store, in ``mlartifacts/`` of its
+    folder (so the storage folder holds runs and artifacts together, wherever the command ran);
+    None for a tracking server, whose ``--default-artifact-root`` decides."""
+    if tracking_uri.startswith("sqlite:///"):
+        return str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    return None
+
+
 def ensure_experiment(tracking_uri: str, name: str) -> str:
-    """The id of experiment ``name`` in ``tracking_uri``, creating it (race-safe) if missing."""
+    """The id of experiment ``name`` in ``tracking_uri``, creating it (race-safe) if missing,
+    with its artifacts at :func:`artifact_location` and MLflow's experiment kind tag (model
+    training, so the UI opens on the runs table rather than on traces)."""
     client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if RUNS_VIEW_TAG not in found.tags:  # an experiment an older linc created
+            client.set_experiment_tag(found.experiment_id, RUNS_VIEW_TAG, runs_view_state())
         return found.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(
+            name,
+            artifact_location=artifact_location(tracking_uri),
+            tags={
+                EXPERIMENT_KIND_TAG: "custom_model_development",
+                RUNS_VIEW_TAG: runs_view_state(),
+            },
+        )
     except MlflowException:  # another process created it in between
         found = client.get_experiment_by_name(name)
         if found is None:
@@ -126,7 +185,14 @@ class MLflowCallback(BaseCallback):
 
 __all__ = [
     "CREDENTIAL_PATTERN",
+    "RUNS_VIEW_TAG",
+    "runs_view_state",
+    "runs_view_url",
+    "EXPERIMENT_KIND_TAG",
+    "artifact_location",
     "EPOCH_METRICS",
+    "PARENT_RUN_TAG",
+    "TRIAL_TAG",
     "MAX_PARAM_VAL_LENGTH",
     "MLflowCallback",
     "ensure_experiment",

@@ -43,7 +43,7 @@ from ray import tune
 
 from linc_core.model import LincPolicy
 from linc_core.plan import data_id, evaluation_set, training_data, validation_set
-from linc_core.runtime import tune_cpu_allocator
+from linc_core.runtime import peak_rss_gb, tune_cpu_allocator
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from orchestration.config import FaultSpec
@@ -53,7 +53,7 @@ from orchestration.plan import TrackingPlan, TrialPlan
 from orchestration.preemption import TrialGuard
 from orchestration.resources import worker_resources
 from orchestration.run_writer import RunWriter
-from orchestration.tracking import EPOCH_METRICS, MLflowCallback
+from orchestration.tracking import EPOCH_METRICS, PARENT_RUN_TAG, TRIAL_TAG, MLflowCallback
 from orchestration.trial_checkpoints import (
     PREEMPTED_PREFIX,
     Restored,
@@ -63,9 +63,6 @@ from orchestration.trial_checkpoints import (
     remove_preempted,
     restore_newest_intact,
 )
-
-PARENT_RUN_TAG = "mlflow.parentRunId"
-TRIAL_TAG = "linc.trial_id"
 
 
 class InjectedFault(RuntimeError):
@@ -212,8 +209,9 @@ def train_linc(
                 history = result.history
         if restored.source and PREEMPTED_PREFIX in restored.source:
             remove_preempted(trial_storage, before_step=restored.global_step + 1)
-        writer.set_tag("checkpoint", str(tune.get_context().get_trial_dir()))
         final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
+        peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
+        writer.log_metric("peak_rss_gb", peak_rss)
         writer.end_run("FINISHED")
         delivered = writer.close(timeout=plan.tracking.flush_timeout_s)
         if final is not None or not delivered:
@@ -222,7 +220,7 @@ def train_linc(
             last = history[-1] if history else {}
             last = {k: v for k, v in last.items() if isinstance(v, int | float)}
             tune.report(
-                last | (final or {}),
+                last | (final or {}) | {"peak_rss_gb": peak_rss},
                 checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
             )
     except BaseException as err:

@@ -183,11 +183,25 @@ def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
 
 def print_mlflow_ui(tracking_uri: str, parent_run_id: str | None = None) -> None:
     """How to browse the runs (the UI binds to loopback, like every server linc starts)."""
+    from orchestration.tracking import runs_view_url
+
+    server = tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
+    experiment_id = None
     if parent_run_id:
         print(f"MLflow parent run {parent_run_id}; browse the runs with:")
+        try:
+            from mlflow.tracking import MlflowClient
+
+            run = MlflowClient(tracking_uri=tracking_uri).get_run(parent_run_id)
+            experiment_id = run.info.experiment_id
+        except Exception:  # noqa: BLE001 - only the link's precision is lost
+            experiment_id = None
     else:
         print("Browse the runs with:")
-    print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
+    if server is None:
+        print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
+    if experiment_id is not None:
+        print(f"  then open {runs_view_url(server or 'http://127.0.0.1:5000', experiment_id)}")
 
 
 def _show(what: str, package: str | None, overrides: Sequence[str], config_name: str) -> None:

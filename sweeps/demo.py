@@ -51,6 +51,12 @@ def demo(config) -> int:
     )
     result = run_ablation(config)
     print(f"demo: data and sweep in {time.perf_counter() - started:.0f} s\n\n{result.table}")
+    seeds = len(config.ablation.seeds)
+    print(
+        f"\n{seeds} seed(s) x {config.run.train.epochs} epochs: a smoke-scale check of the "
+        "platform, not a result; the protocol run is linc-ablation preset=cpu-repro "
+        "'ablation.seeds=[1234,42,2026]' (README, Ablation)."
+    )
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 

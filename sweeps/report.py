@@ -21,48 +21,15 @@ The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from linc_core.atomic import write_atomic
 
-
-def trial_runs(tracking_uri: str, experiment: str, sweep: str | None) -> list[Any]:
-    """Finished trial runs (not sweep parents) of ``experiment``, optionally of one sweep."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"linc-report: no MLflow experiment {experiment!r} at {tracking_uri}")
-    query = "attributes.status = 'FINISHED' and tags.variant != ''"
-    if sweep:
-        query += f" and tags.sweep = '{sweep}'"
-    return client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
-
-
-def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
-    rows = []
-    for run in runs:
-        metrics, tags = run.data.metrics, run.data.tags
-        rows.append(
-            {
-                "run_id": run.info.run_id,
-                "variant": tags.get("variant"),
-                "seed": tags.get("seed"),
-                "sweep": tags.get("sweep"),
-                "eval_set": tags.get("eval_set"),
-                "eval_cost": metrics.get("eval_cost"),
-                "eval_infeasible": metrics.get("eval_infeasible"),
-                "epochs": metrics.get("epoch"),
-                "parameters": metrics.get("num_parameters"),
-                "seconds": (run.info.end_time - run.info.start_time) / 1000.0
-                if run.info.end_time
-                else None,
-            }
-        )
-    return rows
+DEFAULT_STORE = "runs/mlflow.db"
 
 
 def benchmark_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -114,22 +81,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--reference-seed", type=int, default=1234, help="the seed of the reference curves"
     )
     args = parser.parse_args(argv)
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.ablation_report import finished_trial_runs, run_rows
     from orchestration.tables import ablation_table
     from orchestration.tracking import resolve_tracking_uri
 
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)
-    rows = run_rows(trial_runs(tracking_uri, args.experiment, args.sweep))
+    tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if tracking_uri is None and not Path(DEFAULT_STORE).exists():
+        print(
+            f"linc-report: no tracking store at {DEFAULT_STORE} (the sweeps' default); pass "
+            "--tracking-uri or set MLFLOW_TRACKING_URI",
+            file=sys.stderr,
+        )
+        return 2
+    tracking_uri = resolve_tracking_uri(tracking_uri)
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri.removeprefix("sqlite:///"))
+        if not database.exists():  # reading must not create an empty store
+            print(f"linc-report: --tracking-uri: no database at {database}", file=sys.stderr)
+            return 2
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        rows = run_rows(finished_trial_runs(client, args.experiment, sweep=args.sweep))
+    except LookupError as err:
+        print(f"linc-report: {err}", file=sys.stderr)
+        return 2
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
     compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
     files: dict[str, bytes] = {}
     if args.table == "ablation":
-        from mlflow.tracking import MlflowClient
-
         from orchestration.ablation_report import collect, report_files
 
         table = ablation_table(rows, compare_to)
-        data = collect(MlflowClient(tracking_uri=tracking_uri), rows)
+        data = collect(client, rows)
         files = report_files(data, compare_to)
         table += "\n\n" + files["ablation_statistics.md"].decode().rstrip()
         if args.reference_curves is not None:

@@ -10,11 +10,10 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from orchestration.ablation_report import collect, report_charts
+from orchestration.ablation_report import collect, finished_trial_runs, report_charts, run_rows
 from orchestration.figures import ablation_chart, training_curves
 from orchestration.tables import aggregate_rows
 from sweeps.report import main as report_main
-from sweeps.report import run_rows, trial_runs
 from tests.conftest import PNG_MAGIC
 
 
@@ -94,7 +93,7 @@ def test_linc_report_ablation_out_writes_the_table_and_both_figures(tmp_path, ca
     _image((out / "training_curves.png").read_bytes())
     _image((out / "ablation_chart.png").read_bytes())
     # the chart's bars are the statistics table's paired Gap column; the curves the seeds' mean
-    rows = run_rows(trial_runs(uri, "linc-test", "ablation-test"))
+    rows = run_rows(finished_trial_runs(client, "linc-test", sweep="ablation-test"))
     charts = report_charts(collect(client, rows), "full_linc")
     statistics = (out / "ablation_statistics.md").read_text()
     gaps = {

@@ -242,7 +242,9 @@ def test_no_secret_is_written_in_infra():
 FAKE_HEAD_NODE_ID = "f" * 51 + "00000"  # the id the fake provider gives the head
 WORKER_TYPE = "cpu_worker"
 # Offered only by the worker type: a job asking for it cannot run until a worker is added.
-WORKER_RESOURCES = {"CPU": 2, "linc_worker": 2}
+# A node type declares its memory (launchers infer it from the instance type, KubeRay from
+# the pod limits): a trial reserves the memory its plan needs (orchestration/resources.py).
+WORKER_RESOURCES = {"CPU": 2, "linc_worker": 2, "memory": 4 << 30}
 
 # Autoscaler v2 (the default of `ray up` since Ray 2.50) logs each instance's life cycle.
 SCALING_LOG = re.compile(
