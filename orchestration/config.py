@@ -171,7 +171,8 @@ class ClusterSpec:
             trial of a sweep.
         memory_per_trial_gb: the memory a trial reserves (Ray's ``memory`` resource), so that
             Tune never starts more trials on a node than fit; null: the plan's estimate
-            (``orchestration.resources``).
+            (``orchestration.resources``); 0: none (a cluster whose node types declare no
+            memory to the autoscaler).
         pending_timeout_s: a trial that cannot be placed (no node has its resources) for this
             long fails, naming what it waited for; null waits for ever (an autoscaler's nodes).
         preemption_grace_s: after a SIGTERM, how long a trial's process may take to checkpoint
@@ -208,9 +209,10 @@ class ClusterSpec:
         require(bool(self.storage), "storage", self.storage, "a folder or URI")
         for name, amount in self.custom_resources.items():
             require(amount > 0, f"custom_resources.{name}", amount, "> 0")
-        for key in ("memory_per_trial_gb", "pending_timeout_s"):
-            value = getattr(self, key)
-            require(value is None or value > 0, key, value, "> 0 or null")
+        memory = self.memory_per_trial_gb
+        require(memory is None or memory >= 0, "memory_per_trial_gb", memory, ">= 0 or null")
+        timeout = self.pending_timeout_s
+        require(timeout is None or timeout > 0, "pending_timeout_s", timeout, "> 0 or null")
         require(self.preemption_grace_s >= 0, "preemption_grace_s", self.preemption_grace_s, ">= 0")
 
     @property

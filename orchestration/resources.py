@@ -47,12 +47,16 @@ def trial_resources(cluster: ClusterSpec, run: RunPlan) -> dict[str, float]:
         # the workers reserve their own resources; Tune refuses an all-zero request
         return {"cpu": 0.0, "memory": 1}
     resources = {"cpu": cluster.cpus_per_trial, "gpu": cluster.gpus_per_trial}
-    return resources | {"memory": memory_bytes(cluster, run)} | cluster.custom_resources
+    memory = memory_bytes(cluster, run)
+    return resources | ({"memory": memory} if memory else {}) | cluster.custom_resources
 
 
 def worker_resources(cluster: ClusterSpec, run: RunPlan) -> dict[str, float]:
     """Ray resources of each data-parallel worker."""
-    resources = {"CPU": cluster.cpus_per_worker, "memory": memory_bytes(cluster, run)}
+    resources = {"CPU": cluster.cpus_per_worker}
+    memory = memory_bytes(cluster, run)
+    if memory:
+        resources["memory"] = memory
     if cluster.gpus_per_worker:
         resources["GPU"] = cluster.gpus_per_worker
     return resources | cluster.custom_resources

@@ -154,9 +154,14 @@ def test_each_trial_reserves_the_memory_its_variant_needs() -> None:
     assert (fixed["CPU"], fixed["memory"]) == (1, 2 << 30)
 
 
-@pytest.mark.parametrize("value", [0, -1])
+@pytest.mark.parametrize("value", [-1, -0.5])
 def test_bad_fault_and_cluster_settings_are_config_errors(value) -> None:
     from linc_core.typed import ConfigError
 
     with pytest.raises(ConfigError, match="memory_per_trial_gb"):
         load_platform_config([*SMOKE, f"cluster.memory_per_trial_gb={value}"])
+
+
+def test_zero_memory_reserves_none_for_node_types_that_declare_none() -> None:
+    config = load_platform_config([*SMOKE, "cluster.memory_per_trial_gb=0"])
+    assert "memory" not in placement(config.raw).bundles[0]
