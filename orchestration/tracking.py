@@ -123,8 +123,10 @@ def runs_view_state() -> str:
 
 
 def runs_view_url(ui_address: str, experiment_id: str) -> str:
-    """The MLflow UI page of ``experiment_id`` with :func:`runs_view_state`'s table."""
-    return f"{ui_address.rstrip('/')}/#/experiments/{experiment_id}?viewStateShareKey={RUNS_VIEW}"
+    """The MLflow UI page of ``experiment_id`` with :func:`runs_view_state`'s table (in the UI's
+    model-training mode: it opens in its GenAI mode otherwise)."""
+    page = f"{ui_address.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return f"{page}?workflowType=machine_learning&viewStateShareKey={RUNS_VIEW}"
 
 
 def artifact_location(tracking_uri: str) -> str | None:
