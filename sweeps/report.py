@@ -8,12 +8,14 @@ only; Ray is not imported).
     linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
 
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
-``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it). ``benchmark``: per
-evaluation set and variant, the mean cost and the count of infeasible solutions. ``budget``:
-per run, epochs, wall time and parameter count. ``--out DIR`` writes the table as
-``DIR/TABLE.md``; for ``ablation`` also ``ablation_chart.png`` (each variant's gap to the
-reference, the reference row marked) and ``training_curves.png`` (``train_best_cost`` per
-epoch, one line per variant, thin lines per seed) (``orchestration.figures``).
+``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it), then the statistics
+table: intervals over seeds, the gap paired by seed and instance with its bootstrap interval, and
+whether its sign is resolved (``orchestration.ablation_report``). ``benchmark``: per evaluation
+set and variant, the mean cost and the count of infeasible solutions. ``budget``: per run,
+epochs, wall time and parameter count. ``--out DIR`` writes the table as ``DIR/TABLE.md``; for
+``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
+``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.figures``);
+``--reference-curves FILE`` compares a seed's training curves with published ones.
 The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 (``orchestration.tracking.resolve_tracking_uri``, as the sweeps pick it).
 """

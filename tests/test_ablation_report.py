@@ -90,3 +90,20 @@ def test_reference_curve_check_compares_the_seed_run_epoch_by_epoch(tmp_path) ->
     # epoch 3: 49 vs 50 is -2%; the largest deviation over epochs is epoch 1's +4%
     assert row == "| full_linc | 3 | 49.00 | 50.00 | -2.00 | +4.00 |"
     assert "no run of seed 5" in reference_curve_check(histories, path, 5)
+
+
+def test_linc_report_without_a_store_refuses_and_creates_nothing(tmp_path, monkeypatch, capsys):
+    from sweeps.report import main as report_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert report_main(["ablation"]) == 2
+    missing = tmp_path / "elsewhere.db"
+    assert report_main(["ablation", "--tracking-uri", f"sqlite:///{missing}"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        "linc-report: no tracking store at runs/mlflow.db (the sweeps' default); pass "
+        "--tracking-uri or set MLFLOW_TRACKING_URI",
+        f"linc-report: --tracking-uri: no database at {missing}",
+    ]
+    assert list(tmp_path.iterdir()) == []
