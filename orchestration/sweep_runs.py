@@ -83,6 +83,8 @@ def open_parent_run(
 
     uri, path = plan.tracking.uri, experiment_path
     client = MlflowClient(tracking_uri=uri)
+    # first: a moved store's experiment is re-pointed to its new folder before anything logs
+    experiment_id = ensure_experiment(uri, plan.tracking.experiment)
     record = read_record(filesystem, experiment_path) if resume else None
     if record is not None:
         same = record.tracking_uri in (None, uri) and record.experiment_path in (None, path)
@@ -106,7 +108,6 @@ def open_parent_run(
             uri,
             experiment_path,
         )
-    experiment_id = ensure_experiment(uri, plan.tracking.experiment)
     name = sweep["name"]
     run = client.create_run(experiment_id, run_name=name, tags={"sweep": name, "kind": "sweep"})
     writer = RunWriter(uri).attach(run.info.run_id)

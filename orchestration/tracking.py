@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,36 @@ def artifact_location(tracking_uri: str) -> str | None:
     return None
 
 
+def follow_moved_store(tracking_uri: str, experiment_id: str, location: str) -> bool:
+    """Point a moved SQLite store's experiment back beside it; True if it was moved.
+
+    A SQLite store keeps its experiments' artifact folder as an absolute path. When the storage
+    folder (store and ``mlartifacts/`` together) was moved, that path names the old place: new
+    runs would write their artifacts there and the moved runs' artifacts would not be found. If
+    ``location`` is another folder's ``mlartifacts`` whose store is gone, the experiment and its
+    runs are re-pointed to this store's :func:`artifact_location`. A copied folder (the original
+    store still there) and any other layout are left as they are.
+    """
+    expected = artifact_location(tracking_uri)
+    old = location.removeprefix("file://")
+    if expected is None or old == expected or Path(old).name != "mlartifacts":
+        return False
+    if (Path(old).parent / "mlflow.db").exists():
+        return False
+    database = tracking_uri.removeprefix("sqlite:///")
+    with sqlite3.connect(database, timeout=30) as connection:
+        connection.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+            (expected, int(experiment_id)),
+        )
+        connection.execute(
+            "UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+            "WHERE experiment_id = ? AND artifact_uri LIKE ? || '%'",
+            (expected, len(location) + 1, int(experiment_id), location),
+        )
+    return True
+
+
 def ensure_experiment(tracking_uri: str, name: str) -> str:
     """The id of experiment ``name`` in ``tracking_uri``, creating it (race-safe) if missing,
     with its artifacts at :func:`artifact_location` and MLflow's experiment kind tag (model
@@ -145,6 +176,7 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
     client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        follow_moved_store(tracking_uri, found.experiment_id, found.artifact_location)
         if RUNS_VIEW_TAG not in found.tags:  # an experiment an older linc created
             client.set_experiment_tag(found.experiment_id, RUNS_VIEW_TAG, runs_view_state())
         return found.experiment_id
@@ -192,6 +224,7 @@ __all__ = [
     "runs_view_url",
     "EXPERIMENT_KIND_TAG",
     "artifact_location",
+    "follow_moved_store",
     "EPOCH_METRICS",
     "PARENT_RUN_TAG",
     "TRIAL_TAG",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -114,3 +115,34 @@ def test_mlflow_callback_logs_each_epoch(tmp_path: Path) -> None:
     logged = client.get_run(run.info.run_id).data.metrics
     assert {"train_best_cost", "train_mean_cost", "loss", "tau"} <= set(logged)
     assert "validation_cost" not in logged
+
+
+def test_a_moved_sqlite_store_keeps_its_artifacts_beside_it(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    uri = resolve_tracking_uri(None, first)
+    experiment = ensure_experiment(uri, "moving")
+    client = MlflowClient(tracking_uri=uri)
+    run = client.create_run(experiment).info.run_id
+    client.log_text(run, "kept", "note.txt")
+    assert (first / "mlartifacts" / run / "artifacts" / "note.txt").is_file()
+    # a copy leaves the original's experiment as it is: its store is still there
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    copy_uri = f"sqlite:///{copy / 'mlflow.db'}"
+    ensure_experiment(copy_uri, "moving")
+    copied = MlflowClient(tracking_uri=copy_uri).get_experiment(experiment)
+    assert copied.artifact_location == str(first / "mlartifacts")
+    # a move re-points the experiment and its runs to the new folder; nothing recreates the old
+    moved = tmp_path / "moved"
+    shutil.rmtree(copy)
+    shutil.move(first, moved)
+    moved_uri = f"sqlite:///{moved / 'mlflow.db'}"
+    assert ensure_experiment(moved_uri, "moving") == experiment
+    client = MlflowClient(tracking_uri=moved_uri)
+    assert client.get_experiment(experiment).artifact_location == str(moved / "mlartifacts")
+    assert client.get_run(run).info.artifact_uri == str(moved / "mlartifacts" / run / "artifacts")
+    assert Path(client.download_artifacts(run, "note.txt")).read_text() == "kept"
+    later = client.create_run(experiment).info.run_id
+    client.log_text(later, "new", "note.txt")
+    assert (moved / "mlartifacts" / later / "artifacts" / "note.txt").is_file()
+    assert not first.exists()
