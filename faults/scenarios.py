@@ -111,9 +111,12 @@ def trial_sigterm(folder: Path, epochs: int = 30) -> Row:
     row = Row("SIGTERM to a trial")
     storage = folder / "runs"
     driver = Driver(folder, "sweeps.train", _train_args(storage, epochs))
-    wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "training to start", driver)
+    wait_for(lambda: reported(storage, TRAIN) >= 1, 600, "training to start", driver)
+    began = time.monotonic()
+    wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "a second epoch", driver)
+    epoch_s = time.monotonic() - began
     (trial,) = wait_for(lambda: driver.descendants("ImplicitFunc"), 60, "the trial's process")
-    time.sleep(0.6)  # inside an epoch
+    time.sleep(epoch_s / 2)  # half an epoch after one ended (on a loaded machine, too)
     os.kill(trial, signal.SIGTERM)
     rc = driver.wait(1800)
     log = driver.output(10**7)
