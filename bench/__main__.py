@@ -85,7 +85,10 @@ def main() -> None:
     tune_cpu_allocator()
     results = []
     for name in args.only.split(","):
-        results.extend(BENCHMARKS[name.strip()](args.quick))
+        try:
+            results.extend(BENCHMARKS[name.strip()](args.quick))
+        except Exception as err:  # noqa: BLE001 - one broken group must not cost the others
+            print(f"bench {name.strip()}: FAILED: {type(err).__name__}: {err}", flush=True)
     print(f"\n{'benchmark':<80} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
     for r in results:
         peer = f"{r['peer']:10.1f}" if "peer" in r else f"{'-':>10}"

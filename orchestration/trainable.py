@@ -100,7 +100,7 @@ class TuneReportCallback(BaseCallback):
             return
         if self.writer is not None:
             self.writer.save(self.checkpoint_dir)
-        metrics = self._pending or {"epoch": epoch + 1}
+        metrics = (self._pending or {"epoch": epoch + 1}) | {"peak_rss_gb": peak_rss_gb()}
         self._pending = None
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
         if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:

@@ -52,6 +52,8 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     result = run_ablation(config)
     assert {row["variant"] for row in result.rows} == {"baseline", "full_linc"}
     assert all(row["error"] is None and row["eval_cost"] > 0 for row in result.rows)
+    # each trial reports its process's peak resident memory (GB), every epoch and at the end
+    assert all(0.1 < row["peak_rss_gb"] < 64 for row in result.rows)
     assert "| Full LINC |" in result.table and "| Baseline |" in result.table
     assert "Gap vs Full LINC (%)" in result.table
 
