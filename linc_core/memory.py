@@ -51,12 +51,17 @@ DEFAULT_EVALUATION_SIZE = 56
 
 
 def parameter_count(plan: RunPlan) -> int:
-    """The policy's parameter count (built on the meta device: no memory is allocated)."""
+    """The policy's parameter count, from a policy built on the CPU.
+
+    Not on the meta device: entering ``torch.device("meta")`` imports ``torch._dynamo``, about
+    a second and a half on a sweep driver's critical path, where the policy itself (a few MB)
+    takes milliseconds. The global random stream is left as it was.
+    """
     import torch
 
     from linc_core.model.policy import LincPolicy
 
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]):
         policy = LincPolicy(plan.model)
     return sum(p.numel() for p in policy.parameters())
 

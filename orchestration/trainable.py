@@ -43,7 +43,7 @@ from ray import tune
 
 from linc_core.model import LincPolicy
 from linc_core.plan import data_id, evaluation_set, training_data, validation_set
-from linc_core.runtime import peak_rss_gb, tune_cpu_allocator
+from linc_core.runtime import import_in_background, peak_rss_gb, tune_cpu_allocator
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from orchestration.config import FaultSpec
@@ -156,6 +156,7 @@ def train_linc(
     """
     plan = TrialPlan.from_mapping(trial_config, tracking, storage)
     run = plan.run
+    import_in_background("torch._dynamo")  # the optimizer's first step needs it
     # A trial's process is Ray's, not linc-train's: give it the same allocator settings
     # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).
     tune_cpu_allocator()

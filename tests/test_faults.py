@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from faults import scenarios
-from linc_core.memory import estimate_run_memory
+from linc_core.memory import estimate_run_memory, parameter_count
 from linc_core.model import LincPolicy
 from linc_core.presets import preset_configs
 from linc_core.train import GeneratedData, fit
@@ -152,6 +152,16 @@ def test_each_trial_reserves_the_memory_its_variant_needs() -> None:
     assert bundle["memory"] % MEMORY_STEP == 0 and small <= bundle["memory"] < small + MEMORY_STEP
     fixed = placement(config.with_values(**{"cluster.memory_per_trial_gb": 2})).bundles[0]
     assert (fixed["CPU"], fixed["memory"]) == (1, 2 << 30)
+
+
+def test_the_parameter_count_is_the_policys_and_leaves_the_random_stream_alone() -> None:
+    plan = load_platform_config(["preset=cpu-repro"]).run
+    torch.manual_seed(7)
+    expected_next = torch.rand(3)
+    torch.manual_seed(7)
+    count = parameter_count(plan)
+    assert torch.equal(torch.rand(3), expected_next)  # the driver's global stream is untouched
+    assert count == sum(p.numel() for p in LincPolicy(plan.model).parameters())
 
 
 @pytest.mark.parametrize("value", [-1, -0.5])

@@ -146,3 +146,21 @@ def test_a_moved_sqlite_store_keeps_its_artifacts_beside_it(tmp_path: Path) -> N
     client.log_text(later, "new", "note.txt")
     assert (moved / "mlartifacts" / later / "artifacts" / "note.txt").is_file()
     assert not first.exists()
+
+
+def test_the_parameter_length_limit_is_mlflows() -> None:
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH as mlflow_limit
+
+    assert mlflow_limit == MAX_PARAM_VAL_LENGTH
+
+
+def test_a_trial_process_imports_the_trainable_without_mlflow() -> None:
+    """MLflow is imported by the trial's writer thread, off the trial's critical path."""
+    import subprocess
+    import sys
+
+    script = "import sys, orchestration.trainable; print('mlflow' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"
