@@ -81,6 +81,10 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
+    # Ray nices its worker processes to 15 (its raylet and GCS stay responsive); beside a
+    # nice-0 peer on a busy host that alone would slow every Ray side, a scheduling choice
+    # and not a cost of ours: the local Ray the bench starts runs workers at its own priority.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     torch.set_num_threads(1)
     tune_cpu_allocator()
     results = []

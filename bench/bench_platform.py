@@ -8,7 +8,10 @@ called directly, then the same trial through ``run_training`` (a Tune experiment
 Tune checkpoints and MLflow logging to a local SQLite store); medians are compared (single pairs
 swung from 1% to 20% on this host). The number of epochs is calibrated so that the direct run
 takes about 60 seconds: a 2-epoch probe, then one full-length run to correct for the slower
-early epochs. Ray and the MLflow store exist before the clock starts (once per sweep,
+early epochs. Both sides run at the same CPU priority: Ray nices its workers to 15 by default,
+which on a busy host slows a trial against a nice-0 ``fit`` by 20% per epoch (measured here
+beside two nice-19 trials: the same thread CPU time, more wall time); ``python -m bench``
+starts its Ray with ``RAY_worker_niceness=0``. Ray and the MLflow store exist before the clock starts (once per sweep,
 not per trial). Target: <= 5% overhead.
 
 A single trial starts a new Ray worker process that imports torch, Ray Tune and MLflow (about
