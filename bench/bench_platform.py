@@ -11,8 +11,8 @@ takes about 60 seconds: a 2-epoch probe, then one full-length run to correct for
 early epochs. Both sides run at the same CPU priority: Ray nices its workers to 15 by default,
 which on a busy host slows a trial against a nice-0 ``fit`` by 20% per epoch (measured here
 beside two nice-19 trials: the same thread CPU time, more wall time); ``python -m bench``
-starts its Ray with ``RAY_worker_niceness=0``. Ray and the MLflow store exist before the clock starts (once per sweep,
-not per trial). Target: <= 5% overhead.
+starts its Ray with ``RAY_worker_niceness=0``. Ray and the MLflow store exist before the clock
+starts (once per sweep, not per trial). Target: <= 5% overhead.
 
 A single trial starts a new Ray worker process that imports torch, Ray Tune and MLflow (about
 5 s here, paid once per process) and opens the tracking store. Ray's prestarted (or
