@@ -5,9 +5,10 @@
 CVRPTW on the Solomon-50 set (n = 50, B = 56, K = 128, one thread), the epoch taken at progress
 0, where every rollout carries credit (dense: the step that used to keep the autograd graph of
 all K x T decisions; 7.2 GB for full_linc and 24.3 GB for naive_mlp before the chunked replay).
-Each preset runs in a fresh child process, so its peak resident set size (``ru_maxrss``) is its
-own; the allocator is tuned as ``linc-train`` tunes it. Target: at most 2.5 GB each. The row
-also reports the epoch's samples/s (instances x rollouts per second).
+Each preset runs in a fresh child process, so its peak resident set size (``VmHWM``, through
+``linc_core.runtime.peak_rss_gb``: ``ru_maxrss`` would carry the bench process's own size across
+the ``exec``) is its own; the allocator is tuned as ``linc-train`` tunes it. Target: at most
+2.5 GB each. The row also reports the epoch's samples/s (instances x rollouts per second).
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ TARGET_GB = 2.5
 
 def _child(preset: str) -> None:
     """Run one protocol epoch (one batch of all 56 instances) and print its numbers as JSON."""
-    import resource
     import time
 
     import torch
 
     from linc_core.plan import DataSource, resolve_run, training_data
-    from linc_core.runtime import tune_cpu_allocator
+    from linc_core.runtime import peak_rss_gb, tune_cpu_allocator
     from linc_core.train.loop import initial_policy
     from linc_core.train.step import train_step
 
@@ -41,9 +41,8 @@ def _child(preset: str) -> None:
     started = time.perf_counter()
     train_step(policy, optimizer, batch, plan.train, 0.0, torch.Generator().manual_seed(0))
     seconds = time.perf_counter() - started
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     samples = batch.batch_size * plan.train.num_rollouts
-    print(json.dumps({"seconds": seconds, "peak_gb": peak_kb / 2**20, "samples": samples}))
+    print(json.dumps({"seconds": seconds, "peak_gb": peak_rss_gb(), "samples": samples}))
 
 
 def bench_memory(quick: bool = False) -> list[dict]:
