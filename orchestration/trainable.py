@@ -31,6 +31,7 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -43,7 +44,12 @@ from ray import tune
 
 from linc_core.model import LincPolicy
 from linc_core.plan import data_id, evaluation_set, training_data, validation_set
-from linc_core.runtime import import_in_background, peak_rss_gb, tune_cpu_allocator
+from linc_core.runtime import (
+    import_in_background,
+    peak_rss_gb,
+    release_free_heap,
+    tune_cpu_allocator,
+)
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from orchestration.config import FaultSpec
@@ -232,6 +238,10 @@ def train_linc(
         raise  # the trial's own error, whatever the tracking store does
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+        # a reused process (cluster.reuse_actors) starts the next trial without this one's
+        # freed heap (the allocator setting keeps up to 1 GiB of it, fragmentation more)
+        gc.collect()
+        release_free_heap()
 
 
 def _persist_preempted(
