@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray import tune
 
+from linc_core.typed import ConfigError
 from orchestration.ablation_report import log_ablation_report
 from orchestration.config import PlatformConfig, SearchSpec
 from orchestration.console import TUNE_VERBOSE, init_sweep_ray, trial_events
@@ -104,6 +105,51 @@ class _Place:
         return cls(filesystem, storage, f"{storage.rstrip('/')}/{name}")
 
 
+class SweepSettingsChanged(ConfigError):
+    """The sweep on storage was started with other settings keys than this linc's."""
+
+
+def _restore_tuner(place: _Place, trainable: Any, param_space: dict[str, Any]) -> tune.Tuner:
+    """Tune's restore of the sweep at ``place``; a sweep whose settings have other keys (begun
+    by another linc version) is a one-line error naming them, not Ray's traceback."""
+    try:
+        return tune.Tuner.restore(
+            place.experiment_path,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=place.filesystem,
+        )
+    except ValueError as err:
+        if "param_space" not in str(err):
+            raise
+        saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
+        differ = ""
+        if saved is not None and ours is not None:
+            new, gone = sorted(ours - saved), sorted(saved - ours)
+            differ = (
+                f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
+            )
+        raise SweepSettingsChanged(
+            f"the sweep in {place.experiment_path} was started by a linc version with other "
+            f"settings{differ}; finish it with that version (its trial runs' git_commit tag "
+            "names it) or start the sweep afresh under another name"
+        ) from None
+
+
+def _listed_keys(message: str, label: str) -> set[str] | None:
+    """The key list Ray prints after ``label:`` in its param_space error, or None."""
+    import ast
+
+    for line in message.splitlines():
+        if line.startswith(f"{label}: ["):
+            try:
+                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
+            except (ValueError, SyntaxError):
+                return None
+    return None
+
+
 def run_experiment(
     config: PlatformConfig,
     sweep: dict[str, Any],
@@ -156,13 +202,8 @@ def run_experiment(
     with stop_sweep_on_signals() as stop:
         try:
             if restore:
-                tuner = tune.Tuner.restore(
-                    place.experiment_path,
-                    trainable,
-                    resume_errored=True,
-                    param_space=param_space,
-                    storage_filesystem=fs,
-                )
+                tuner = _restore_tuner(place, trainable, param_space)
+                parent.set_status("RUNNING")
             else:
                 tuner = _new_tuner(
                     config, name, trainable, param_space, tune_config, place, label_keys
@@ -170,6 +211,9 @@ def run_experiment(
             experiment.results = tuner.fit()
         except KeyboardInterrupt:
             stop.signal = stop.signal or "SIGINT"
+        except SweepSettingsChanged:
+            parent.close(timeout=plan.tracking.flush_timeout_s)  # nothing ran: status unchanged
+            raise
         except BaseException as err:
             experiment.finish(failed=True)
             cause = _cause(err, PendingTimeoutError)

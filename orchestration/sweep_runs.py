@@ -95,8 +95,9 @@ def open_parent_run(
             except MlflowException:
                 found = None
         if found is not None:
+            # RUNNING again once Tune has restored the sweep (run_experiment): a sweep that
+            # cannot be restored keeps the status it had
             writer = RunWriter(uri).attach(record.parent_run_id)
-            writer.set_status("RUNNING")
             write_record(filesystem, experiment_path, _record(found.info.run_id, sweep, uri, path))
             return writer
         logger.warning(

@@ -16,7 +16,13 @@ from mlflow.tracking import MlflowClient
 from linc_core.evaluate.cli import main as eval_main
 from linc_core.presets import PRESETS
 from linc_core.seeding import derive_seed
-from orchestration.experiments import run_ablation, run_search, run_training
+from orchestration.experiments import (
+    SweepSettingsChanged,
+    run_ablation,
+    run_experiment,
+    run_search,
+    run_training,
+)
 from orchestration.plan import TrialPlan
 from orchestration.tracking import ensure_experiment
 from sweeps.compose import load_platform_config
@@ -196,6 +202,22 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path
     assert steps == [1, 2, 3], "epoch 1 is not trained twice: the retry starts at epoch 2"
     state = (tmp_path / "runs" / "retry").glob("train_linc_*/error.txt")
     assert any("fail_at_epoch=1" in p.read_text() for p in state)
+
+
+def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(
+    ray_session, tmp_path
+) -> None:
+    """Resuming a sweep that another linc version began (its settings have other keys) is a
+    one-line config error naming the keys; the finished sweep's parent run stays FINISHED."""
+    config = smoke(tmp_path, "train.epochs=1")
+    run_training(config, name="versions")
+    client, runs = runs_of(config, "versions")
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    assert parent.info.status == "FINISHED"
+    newer = dict(config.raw) | {"added_setting": 1}
+    with pytest.raises(SweepSettingsChanged, match=r"only in this version: \['added_setting'\]"):
+        run_experiment(config, {"name": "versions", "kind": "train"}, newer)
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
 
 def test_data_parallel_trial_trains_through_the_same_callbacks(ray_session, tmp_path) -> None:
