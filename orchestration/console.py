@@ -57,6 +57,11 @@ def prepare_console(spec: ConsoleSpec) -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     for name in ("mlflow", "optuna", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # A trial retried before its first result reached storage makes Tune's result-file
+    # loggers warn "Remote file not found: .../result.json" (they start the file afresh;
+    # linc's records are in MLflow and the checkpoints): the console's FAILED/restarted lines
+    # already say what happened. Their errors still show.
+    logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
 
 
 def init_sweep_ray(config: PlatformConfig) -> bool:
