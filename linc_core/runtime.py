@@ -19,6 +19,19 @@ _MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 _TRIM_THRESHOLD_BYTES = 1 << 30
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """The C library on Linux (where the allocator is glibc's), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
 def tune_cpu_allocator() -> bool:
     """Stop glibc from returning every freed tensor buffer to the OS.
 
@@ -28,13 +41,10 @@ def tune_cpu_allocator() -> bool:
     step at n=100, B=64, K=128). Raising the mmap and trim thresholds keeps those pages in the
     heap for reuse. Process-wide; a no-op (returns False) off glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    name = ctypes.util.find_library("c")
-    if name is None:
+    libc = _glibc()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(name)
         ok_mmap = libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
         ok_trim = libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
     except (OSError, AttributeError):
@@ -54,13 +64,11 @@ def release_free_heap() -> bool:
     2 GB each, a test process held 1.8 to 2.4 GB between them, and 0.23 GB once trimmed. Call it
     where a process finishes a large piece of work; it costs milliseconds.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    name = ctypes.util.find_library("c")
-    if name is None:
+    libc = _glibc()
+    if libc is None:
         return False
     try:
-        ctypes.CDLL(name).malloc_trim(0)
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         return False
     return True

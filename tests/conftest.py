@@ -14,6 +14,8 @@ every test whose claim does not depend on width (exact equalities, invariances, 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,17 @@ torch.set_num_threads(1)
 prefer_loopback()
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def fresh_python(script: str, timeout: float = 120) -> str:
+    """The standard output of ``script`` run by a new interpreter (a process whose imports,
+    heap and peak memory are its own); a failing script fails the test with its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
 
 # The network size of the tiny models: a preset's switches with these widths.
 TINY_NETWORK: dict[str, int] = {

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from linc_core.runtime import import_in_background
+from tests.conftest import fresh_python
 
 
 def test_a_background_import_loads_the_module_and_a_bad_name_does_not_raise() -> None:
@@ -16,10 +14,8 @@ def test_a_background_import_loads_the_module_and_a_bad_name_does_not_raise() ->
         "import_in_background('no_such_module_linc', 'colorsys').join(30)\n"
         "print('colorsys' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.strip() == "True"
+    out = fresh_python(script)
+    assert out.strip() == "True"
 
 
 def test_the_background_thread_does_not_keep_the_process_alive() -> None:
@@ -35,10 +31,8 @@ def test_peak_rss_grows_by_the_pages_a_process_touches() -> None:
         "block = b'x' * (300 * 1024 * 1024)\n"
         "print(peak_rss_gb() - before)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert 0.29 < float(out.stdout) < 0.4  # 300 MiB = 0.315 GB
+    out = fresh_python(script)
+    assert 0.29 < float(out) < 0.4  # 300 MiB = 0.315 GB
 
 
 def test_releasing_the_free_heap_returns_freed_tensor_memory_to_the_os() -> None:
@@ -57,9 +51,7 @@ def test_releasing_the_free_heap_returns_freed_tensor_memory_to_the_os() -> None
         "assert release_free_heap()\n"
         "print(held, kept, rss())\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    held, kept, trimmed = map(float, out.stdout.split())
+    out = fresh_python(script)
+    held, kept, trimmed = map(float, out.split())
     assert kept > held - 0.1  # the tuned allocator keeps the 480 MB it freed
     assert trimmed < kept - 0.4  # and gives it back when asked

@@ -20,7 +20,7 @@ from orchestration.tracking import (
     flatten_params,
     resolve_tracking_uri,
 )
-from tests.conftest import tiny_configs
+from tests.conftest import fresh_python, tiny_configs
 
 
 @pytest.fixture(autouse=True)
@@ -156,11 +156,5 @@ def test_the_parameter_length_limit_is_mlflows() -> None:
 
 def test_a_trial_process_imports_the_trainable_without_mlflow() -> None:
     """MLflow is imported by the trial's writer thread, off the trial's critical path."""
-    import subprocess
-    import sys
-
     script = "import sys, orchestration.trainable; print('mlflow' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "False"
+    assert fresh_python(script).strip() == "False"
