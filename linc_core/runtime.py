@@ -79,9 +79,9 @@ def peak_rss_gb() -> float:
 
     Linux's ``VmHWM`` (the high-water mark of this program image's resident pages); elsewhere
     ``ru_maxrss``, which on Linux also carries the RSS of the parent at the ``fork`` before
-    this program's ``exec`` (a child of a large process would report its parent's size). A
-    process that ran several trials (``cluster.reuse_actors``) reports its peak over all of
-    them.
+    this program's ``exec`` (a child of a large process would report its parent's size). The
+    mark covers the process's whole life unless :func:`reset_peak_rss` lowered it (a process
+    that runs several trials, ``cluster.reuse_actors``, resets it as each trial starts).
     """
     try:
         with open("/proc/self/status", encoding="ascii") as status:
@@ -92,6 +92,18 @@ def peak_rss_gb() -> float:
         pass
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e9
+
+
+def reset_peak_rss() -> bool:
+    """Lower this process's ``VmHWM`` to its current RSS (Linux ``clear_refs``, value 5), so
+    that :func:`peak_rss_gb` reports the peak of the work that follows; False where the
+    kernel does not offer it (the mark then covers the process's whole life)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def import_in_background(*modules: str) -> threading.Thread:

@@ -48,6 +48,7 @@ from linc_core.runtime import (
     import_in_background,
     peak_rss_gb,
     release_free_heap,
+    reset_peak_rss,
     tune_cpu_allocator,
 )
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
@@ -166,6 +167,7 @@ def train_linc(
     # A trial's process is Ray's, not linc-train's: give it the same allocator settings
     # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).
     tune_cpu_allocator()
+    reset_peak_rss()  # a reused process reports this trial's peak, not an earlier trial's
     torch.set_num_threads(plan.resources.torch_threads)
     data = training_data(run, open_filesystem)
     validation = validation_set(run, data)

@@ -35,6 +35,22 @@ def test_peak_rss_grows_by_the_pages_a_process_touches() -> None:
     assert 0.29 < float(out) < 0.4  # 300 MiB = 0.315 GB
 
 
+def test_resetting_the_peak_lowers_it_to_what_the_process_holds_now() -> None:
+    script = (
+        "from linc_core.runtime import peak_rss_gb, reset_peak_rss\n"
+        "block = b'x' * (400 * 1024 * 1024)\n"
+        "with_block = peak_rss_gb()\n"
+        "del block  # above the mmap threshold: unmapped at once\n"
+        "assert reset_peak_rss()\n"
+        "after_reset = peak_rss_gb()\n"
+        "small = b'y' * (100 * 1024 * 1024)\n"
+        "print(with_block, after_reset, peak_rss_gb())\n"
+    )
+    with_block, after_reset, later = map(float, fresh_python(script).split())
+    assert after_reset < with_block - 0.4  # 400 MiB = 0.42 GB gone from the mark
+    assert 0.1 < later - after_reset < 0.13  # and the mark follows new pages (100 MiB)
+
+
 def test_releasing_the_free_heap_returns_freed_tensor_memory_to_the_os() -> None:
     script = (
         "import torch\n"

@@ -204,6 +204,23 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path
     assert any("fail_at_epoch=1" in p.read_text() for p in state)
 
 
+def test_a_reused_process_reports_each_trial_its_own_peak_memory(ray_session, tmp_path) -> None:
+    """Two trials, one after another in one process (``cluster.reuse_actors``): the first holds
+    0.5 GiB more from its second epoch on; the second trial's ``peak_rss_gb`` is its own, not
+    the process's peak over both."""
+    from ray import tune
+
+    config = smoke(tmp_path, "train.epochs=2", "cluster.max_concurrent_trials=1")
+    space = config.with_values(**{"fault.memory_spike_gb": tune.grid_search([0.5, None])})
+    experiment = run_experiment(config, {"name": "peaks", "kind": "train"}, space)
+    experiment.finish(failed=bool(experiment.results.errors))
+    trials = sorted(experiment.results, key=lambda r: r.metrics["trial_id"])  # creation order
+    spiked, plain = (r.metrics for r in trials)
+    assert [r.config["fault"]["memory_spike_gb"] for r in trials] == [0.5, None]
+    assert spiked["pid"] == plain["pid"], "the second trial ran in the first one's process"
+    assert plain["peak_rss_gb"] < spiked["peak_rss_gb"] - 0.4  # 0.5 GiB = 0.54 GB
+
+
 def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(
     ray_session, tmp_path
 ) -> None:
