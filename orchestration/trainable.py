@@ -31,7 +31,6 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import tempfile
@@ -242,7 +241,6 @@ def train_linc(
         shutil.rmtree(work_dir, ignore_errors=True)
         # a reused process (cluster.reuse_actors) starts the next trial without this one's
         # freed heap (the allocator setting keeps up to 1 GiB of it, fragmentation more)
-        gc.collect()
         release_free_heap()
 
 
