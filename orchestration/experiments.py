@@ -12,6 +12,7 @@ KILLED and :class:`SweepInterrupted` says how to resume.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import time
@@ -139,8 +140,6 @@ def _restore_tuner(place: _Place, trainable: Any, param_space: dict[str, Any]) -
 
 def _listed_keys(message: str, label: str) -> set[str] | None:
     """The key list Ray prints after ``label:`` in its param_space error, or None."""
-    import ast
-
     for line in message.splitlines():
         if line.startswith(f"{label}: ["):
             try:
