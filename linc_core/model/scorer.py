@@ -58,11 +58,13 @@ class FeasibleStats(NamedTuple):
     """What a step's scorer needs about the feasible set F, computed once per step.
 
     Attributes:
+        weight: ``[B, K, N]`` 0/1 weights of F.
         count: ``[B, K, 1]`` |F|.
         ratio: ``[B, K]`` ``max(|F|, 1) / n``.
         means: ``[B, K, F]`` every table feature's mean over F (0 when F is empty).
     """
 
+    weight: Tensor
     count: Tensor
     ratio: Tensor
     means: Tensor
@@ -71,16 +73,26 @@ class FeasibleStats(NamedTuple):
 def feasible_stats(fm: Tensor, feasible: Tensor, num_customers: int) -> FeasibleStats:
     """``FeasibleStats`` of a feature-major table ``[B, K, F, N]`` and F ``[B, K, N]``."""
     weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
-    return FeasibleStats(count, ratio, masked_means(fm, weight, count))
+    return FeasibleStats(weight, count, ratio, masked_means(fm, weight, count))
 
 
-def masked_minima(rows: Tensor, feasible: Tensor, count: Tensor) -> Tensor:
+# Added to the rows outside F before a minimum: far above any feature value, finite so that
+# ``0 * penalty`` stays 0.
+_OUTSIDE_PENALTY = 1e30
+
+
+def masked_minima(rows: Tensor, weight: Tensor, count: Tensor) -> Tensor:
     """``[B, K]`` minimum over F of one feature row ``[B, K, N]`` (0 when F is empty).
 
+    Rows outside F are lifted by a large penalty instead of filled with inf: adding
+    ``(1 - w) * penalty`` is exact on F (it adds 0) and costs a third of a masked fill. Like
+    ``masked_means`` (where ``nan * 0`` is nan) it needs a finite table, which the
+    environments guarantee.
+
     Args:
-        count: ``[B, K, 1]`` |F|.
+        weight: ``[B, K, N]`` 0/1 weights of F. count: ``[B, K, 1]`` |F|.
     """
-    minimum = rows.masked_fill(~feasible, float("inf")).amin(-1)
+    minimum = torch.addcmul(rows, 1.0 - weight, rows.new_tensor(_OUTSIDE_PENALTY)).amin(-1)
     return torch.where(count.squeeze(-1) > 0, minimum, torch.zeros_like(minimum))
 
 
@@ -247,11 +259,14 @@ class CandidateScorer(nn.Module):
             ``<h~, b_phi>`` ``[B, K, 1]`` (zeros without a bias) and the gate alpha
             ``[B, K, 1]`` (None without a summary).
         """
-        projection = self.full_phi_proj.weight  # [D, P]
+        # [W_phi | b_phi]^T as contiguous rows [P(+1), D]: a GEMM with P + 1 = 7 output columns
+        # runs twice as fast on CPU reading its weight this way round as from [D, P + 1].
+        projection = self.full_phi_proj.weight.t()
         if self.full_phi_proj.bias is not None:
-            projection = torch.cat([projection, self.full_phi_proj.bias.unsqueeze(-1)], dim=-1)
+            projection = torch.cat([projection, self.full_phi_proj.bias.unsqueeze(0)])
+        projection = projection.contiguous()
         if self.summary_mode == "none":
-            extended = torch.matmul(context, projection)
+            extended = nn.functional.linear(context, projection)
             alpha = None
         else:
             lead = context.shape[:2]
@@ -275,8 +290,8 @@ class CandidateScorer(nn.Module):
                     s_alpha, self.summary_to_alpha.weight, self.summary_to_alpha.bias
                 )
             )
-            folded_weight = projection.t() @ self.summary_to_beta.weight  # [P(+1), H]
-            folded_bias = projection.t() @ self.summary_to_beta.bias  # [P(+1)]
+            folded_weight = projection @ self.summary_to_beta.weight  # [P(+1), H]
+            folded_bias = projection @ self.summary_to_beta.bias  # [P(+1)]
             beta_part = torch.addmm(folded_bias, s_beta, folded_weight.t())
             if rows is not None:
                 # A forced rollout's scores do not matter (its one action has probability 1
@@ -289,7 +304,8 @@ class CandidateScorer(nn.Module):
             scaled_context = (
                 half_scale.mul_(flat_context) if in_place else half_scale * flat_context
             )
-            extended = torch.addmm(beta_part, scaled_context, 2.0 * projection).view(*lead, -1)
+            extended = torch.addmm(beta_part, scaled_context, 2.0 * projection.t())
+            extended = extended.view(*lead, -1)
             alpha = alpha.view(*lead, 1)
         p = self.full_phi_proj.weight.shape[1]
         if self.full_phi_proj.bias is None:
@@ -300,7 +316,7 @@ class CandidateScorer(nn.Module):
         columns = [
             stats.means[..., c]
             if stat == "mean"
-            else masked_minima(fm[:, :, c], feasible, stats.count)
+            else masked_minima(fm[:, :, c], stats.weight, stats.count)
             for stat, c in self.summary_columns
         ]
         return torch.stack([stats.ratio, *columns], dim=-1)
