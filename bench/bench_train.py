@@ -24,6 +24,7 @@ import torch
 
 from linc_core.config import ModelConfig
 from linc_core.model import LincPolicy
+from linc_core.model.decoder import CONTEXT_SCALARS
 from linc_core.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
@@ -37,6 +38,33 @@ def _plan(preset: str, batch: int, rollouts: int, n: int) -> RunPlan:
     return resolve_run(preset, DataSource("generated", "cvrptw", n), train=train)
 
 
+def decision_multiply_adds(model: ModelConfig, num_nodes: int) -> int:
+    """Multiply-adds of one rollout's decision: the decoder context and the candidate scores.
+
+    Only the matrix products are counted (step query, glimpse scores and values, head
+    combination, z residual, base scores, and the scorer's own), the work that dominates a
+    decoding step on CPU; elementwise work (the LINC local scores, the feasible-set statistics,
+    activations) is not. Two models' counts bound their decode steps' cost ratio: it is the
+    ratio their steps reach when both run at the machine's GEMM speed.
+
+    Args:
+        num_nodes: N, the depot included.
+    """
+    d, n = model.embedding_dim, num_nodes
+    macs = CONTEXT_SCALARS[model.problem] * d + 2 * n * d + d * d + n * d
+    if model.z_dim > 0:
+        macs += (d + model.z_dim) * model.poly_hidden_dim + model.poly_hidden_dim * d
+    p, hidden = len(model.candidate_features), model.scorer_hidden_dim
+    if model.scorer == "linc":
+        macs += (p + int(model.phi_bias)) * d  # the comparator v (and the offset)
+        if model.summary != "none":
+            summary = 1 + len(model.summary_stats)
+            macs += (d + summary) * 3 * hidden + hidden * d + hidden * (p + 2)
+    elif model.scorer == "mlp":
+        macs += d * hidden + n * (p + 1) * hidden
+    return macs
+
+
 def _ours_step_seconds(
     preset: str,
     batch: int,
@@ -46,11 +74,14 @@ def _ours_step_seconds(
     *,
     train_preset: str | None = None,
     progress: float = 0.5,
+    decisions: dict[str, int] | None = None,
 ) -> Callable[[int], float]:
     """A function running one seeded ``train_step`` of ``preset`` and returning its seconds.
 
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
-    ``progress`` is the point of training the step is taken at.
+    ``progress`` is the point of training the step is taken at. ``decisions["steps"]`` is set
+    to the decoding steps of the last step run (the rollouts' length, which differs between
+    models: each step costs a decision of every rollout still to decide).
     """
     plan = _plan(preset, batch, rollouts, n)
     model, config = plan.model, plan.train
@@ -64,8 +95,11 @@ def _ours_step_seconds(
     def run(step: int) -> float:
         gen = torch.Generator().manual_seed(step)
         start = time.perf_counter()
-        train_step(policy, optimizer, instance, config, progress, gen)
-        return time.perf_counter() - start
+        metrics = train_step(policy, optimizer, instance, config, progress, gen)
+        seconds = time.perf_counter() - start
+        if decisions is not None:
+            decisions["steps"] = metrics.steps
+        return seconds
 
     return run
 
@@ -134,18 +168,26 @@ def bench_train(
     by default) and the baseline preset trains every rollout (its dense group-mean credit). Two
     more pairs separate the model's cost from the credit's: the baseline model under
     full_linc's training settings, and both presets at 0% (before best-only: every rollout
-    trains). Every runner takes one warm-up step first; each repeat then runs all of them,
-    rotating the order, so machine load falls on each alike.
+    trains). The same two pairs are also given per decision (samples x decoding steps per
+    second): two untrained models drive rollouts of different lengths, and a model whose
+    rollouts return to the depot more often takes more steps per sample. Every runner takes one
+    warm-up step first; each repeat then runs all of them, rotating the order, so machine load
+    falls on each alike.
     """
     sizes = _plan("full_linc", batch, rollouts, n).model
+    settings = {
+        "full_linc": ("full_linc", {}),
+        "baseline": ("baseline", {}),
+        "baseline_model_linc_credit": ("baseline", {"train_preset": "full_linc"}),
+        "full_linc_dense": ("full_linc", {"progress": 0.0}),
+        "baseline_dense": ("baseline", {"progress": 0.0}),
+    }
+    last_steps: dict[str, dict[str, int]] = {name: {} for name in settings}
     runners: dict[str, Callable[[int], float]] = {
-        "full_linc": _ours_step_seconds("full_linc", batch, rollouts, n, 0),
-        "baseline": _ours_step_seconds("baseline", batch, rollouts, n, 0),
-        "baseline_model_linc_credit": _ours_step_seconds(
-            "baseline", batch, rollouts, n, 0, train_preset="full_linc"
-        ),
-        "full_linc_dense": _ours_step_seconds("full_linc", batch, rollouts, n, 0, progress=0.0),
-        "baseline_dense": _ours_step_seconds("baseline", batch, rollouts, n, 0, progress=0.0),
+        name: _ours_step_seconds(
+            preset, batch, rollouts, n, 0, decisions=last_steps[name], **options
+        )
+        for name, (preset, options) in settings.items()
     }
     if peer:
         runners["rl4co_polynet"] = _rl4co_step_seconds(batch, rollouts, n, 0, sizes)
@@ -153,20 +195,39 @@ def bench_train(
         run(0)
     names = list(runners)
     seconds: dict[str, list[float]] = {p: [] for p in names}
+    decision_rates: dict[str, list[float]] = {p: [] for p in settings}
+    samples = batch * rollouts
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             seconds[name].append(runners[name](r + 1))
-    samples = batch * rollouts
+            if name in settings:
+                steps = last_steps[name]["steps"]
+                decision_rates[name].append(samples * steps / seconds[name][-1])
     rate = {p: samples / statistics.median(s) for p, s in seconds.items()}
+    per_decision = {p: statistics.median(s) for p, s in decision_rates.items()}
     size = f"CVRPTW n={n}, B={batch}, K={rollouts}"
+    nodes = n + 1
+    linc_macs = decision_multiply_adds(sizes, nodes)
+    baseline_macs = decision_multiply_adds(_plan("baseline", batch, rollouts, n).model, nodes)
+    arithmetic = (
+        f"; multiply-adds per decision {linc_macs / 1e3:.1f}k vs {baseline_macs / 1e3:.1f}k: "
+        f"{baseline_macs / linc_macs:.2f}x at equal GEMM speed"
+    )
 
-    def row(name: str, ours: str, peer_key: str, peer_name: str, target: float | None) -> dict:
+    def row(
+        name: str,
+        ours: str,
+        peer_key: str,
+        peer_name: str,
+        target: float | None,
+        rates: dict[str, float] = rate,
+    ) -> dict:
         return {
             "name": f"{name} ({size})",
-            "ours": rate[ours],
-            "peer": rate[peer_key],
+            "ours": rates[ours],
+            "peer": rates[peer_key],
             "peer_name": peer_name,
-            "ratio": rate[ours] / rate[peer_key],
+            "ratio": rates[ours] / rates[peer_key],
             "target": target,
         }
 
@@ -178,7 +239,7 @@ def bench_train(
                 "full_linc",
                 "rl4co_polynet",
                 RL4CO_PEER,
-                1.5,
+                3.0,
             )
         )
     rows.append(
@@ -190,22 +251,32 @@ def bench_train(
             0.8,
         )
     )
-    rows.append(
-        row(
-            "  model cost: full_linc vs baseline model, both best-only",
+    pairs = [
+        (
+            "full_linc vs baseline model, both best-only",
             "full_linc",
             "baseline_model_linc_credit",
             "the baseline model under full_linc's training settings",
-            None,
-        )
-    )
-    rows.append(
-        row(
-            "  model cost: full_linc vs baseline at 0% (every rollout trains)",
+        ),
+        (
+            "full_linc vs baseline at 0% (every rollout trains)",
             "full_linc_dense",
             "baseline_dense",
             "both presets before the best-only mask",
-            None,
+        ),
+    ]
+    for label, ours, peer_key, peer_name in pairs:
+        rows.append(row(f"  model cost: {label}", ours, peer_key, peer_name, 0.85))
+    for label, ours, peer_key, peer_name in pairs:
+        steps = f" ({last_steps[ours]['steps']} vs {last_steps[peer_key]['steps']} steps)"
+        rows.append(
+            row(
+                f"  per decision: {label}",
+                ours,
+                peer_key,
+                f"{peer_name}, samples x decoding steps / s{steps}{arithmetic}",
+                None,
+                per_decision,
+            )
         )
-    )
     return rows
