@@ -74,13 +74,13 @@ def _ours_step_seconds(
     *,
     train_preset: str | None = None,
     progress: float = 0.5,
-    decisions: dict[str, int] | None = None,
+    decoding_steps: dict[str, int] | None = None,
 ) -> Callable[[int], float]:
     """A function running one seeded ``train_step`` of ``preset`` and returning its seconds.
 
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
-    ``progress`` is the point of training the step is taken at. ``decisions["steps"]`` is set
-    to the decoding steps of the last step run (the rollouts' length, which differs between
+    ``progress`` is the point of training the step is taken at. ``decoding_steps["last"]`` is
+    set to the decoding steps of the last step run (the rollouts' length, which differs between
     models: each step costs a decision of every rollout still to decide).
     """
     plan = _plan(preset, batch, rollouts, n)
@@ -97,8 +97,8 @@ def _ours_step_seconds(
         start = time.perf_counter()
         metrics = train_step(policy, optimizer, instance, config, progress, gen)
         seconds = time.perf_counter() - start
-        if decisions is not None:
-            decisions["steps"] = metrics.steps
+        if decoding_steps is not None:
+            decoding_steps["last"] = metrics.steps
         return seconds
 
     return run
@@ -185,7 +185,7 @@ def bench_train(
     last_steps: dict[str, dict[str, int]] = {name: {} for name in settings}
     runners: dict[str, Callable[[int], float]] = {
         name: _ours_step_seconds(
-            preset, batch, rollouts, n, 0, decisions=last_steps[name], **options
+            preset, batch, rollouts, n, 0, decoding_steps=last_steps[name], **options
         )
         for name, (preset, options) in settings.items()
     }
@@ -201,7 +201,7 @@ def bench_train(
         for name in names[r % len(names) :] + names[: r % len(names)]:
             seconds[name].append(runners[name](r + 1))
             if name in settings:
-                steps = last_steps[name]["steps"]
+                steps = last_steps[name]["last"]
                 decision_rates[name].append(samples * steps / seconds[name][-1])
     rate = {p: samples / statistics.median(s) for p, s in seconds.items()}
     per_decision = {p: statistics.median(s) for p, s in decision_rates.items()}
@@ -268,7 +268,7 @@ def bench_train(
     for label, ours, peer_key, peer_name in pairs:
         rows.append(row(f"  model cost: {label}", ours, peer_key, peer_name, 0.85))
     for label, ours, peer_key, peer_name in pairs:
-        steps = f" ({last_steps[ours]['steps']} vs {last_steps[peer_key]['steps']} steps)"
+        steps = f" ({last_steps[ours]['last']} vs {last_steps[peer_key]['last']} steps)"
         rows.append(
             row(
                 f"  per decision: {label}",
