@@ -41,6 +41,7 @@ from linc_core.model import (
     sample_z,
 )
 from linc_core.model.features import node_inputs
+from linc_core.model.policy import mask_offsets
 from linc_core.model.scorer import CandidateScorer, feasible_customers
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.problems import (
@@ -661,6 +662,34 @@ def test_masked_actions_have_zero_probability(preset: str, problem: str) -> None
     with torch.no_grad():
         steps = drive(policy, instance, k, z, starts, sample)
     assert len(steps) >= 8 - (starts is not None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_log_probs_equal_a_masked_fill_in_value_and_gradient(dtype: torch.dtype) -> None:
+    """The additive 0 / -inf mask gives the masked fill's log-probabilities bit for bit, and
+    the same gradient (0 on masked scores, no nan), at every dtype's extreme scores."""
+    policy = tiny_policy("full_linc", "cvrptw", seed=0)
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 3, 7, generator=generator, dtype=torch.float64) * 40
+    scores[0, 0, 1] = torch.finfo(dtype).max
+    scores[0, 0, 2] = torch.finfo(dtype).min
+    scores = scores.to(dtype).requires_grad_()
+    mask = torch.rand(2, 3, 7, generator=generator) > 0.5
+    mask[..., 3] = True  # every row keeps a feasible action
+    mask[1, 2] = False
+    mask[1, 2, 6] = True  # a row with one feasible action (log-probability 0)
+    got = policy.log_probs(scores, mask)
+    clip, scale = policy.config.logit_clip, policy.score_scale
+    reference = torch.sigmoid(scores * (2.0 * scale)) * (2.0 * clip)
+    want = reference.masked_fill(~mask, float("-inf")).log_softmax(-1)
+    assert torch.equal(got, want)
+    assert mask_offsets(mask, dtype).tolist() == torch.where(mask, 0.0, -math.inf).tolist()
+    chosen = mask.to(torch.uint8).argmax(-1, keepdim=True)
+    weight = torch.linspace(-1, 1, 6).view(2, 3, 1).to(dtype)
+    (grad_got,) = torch.autograd.grad((got.gather(-1, chosen) * weight).sum(), scores)
+    (grad_want,) = torch.autograd.grad((want.gather(-1, chosen) * weight).sum(), scores)
+    assert torch.equal(grad_got, grad_want)
+    assert bool((grad_got[~mask] == 0).all()) and bool(torch.isfinite(grad_got).all())
 
 
 def test_sampler_never_draws_a_zero_probability_action() -> None:

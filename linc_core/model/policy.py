@@ -32,6 +32,15 @@ from linc_core.problems.rollout import complete_rollouts, start_rollouts
 Decoding = Literal["sample", "greedy"]
 
 
+def mask_offsets(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where ``mask`` is True, -inf where it is False, as ``dtype``.
+
+    ``(m - 1) * max * 2`` is exactly 0 for m = 1 and overflows to -inf for m = 0 (``0 * inf``
+    would give nan); three elementwise passes cost less than one boolean masked fill on CPU.
+    """
+    return (mask.to(dtype) - 1.0).mul_(torch.finfo(dtype).max).mul_(2.0)
+
+
 class Encoded(NamedTuple):
     """What ``LincPolicy.encode`` computes once per instance batch.
 
@@ -122,11 +131,12 @@ class LincPolicy(nn.Module):
 
         Computed as ``2C sigmoid(2u / sqrt(d))``: ``C tanh(x) = 2C sigmoid(2x) - C`` and the
         softmax ignores the constant, so the log-probabilities are the same function, and
-        sigmoid is several times faster than tanh on CPU.
+        sigmoid is several times faster than tanh on CPU. The mask is added as a 0 / -inf row
+        (``mask_offsets``): the same values as a masked fill, in half the time on CPU.
         """
         clip = self.config.logit_clip
         logits = torch.sigmoid(scores * (2.0 * self.score_scale)) * (2.0 * clip)
-        return logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
+        return (logits + mask_offsets(mask, logits.dtype)).log_softmax(-1)
 
     # ------------------------------------------------------------------ rollouts
     def rollout(
@@ -206,4 +216,4 @@ class LincPolicy(nn.Module):
         return replay_log_likelihood(self, trajectory, cache, weight)
 
 
-__all__ = ["Decoding", "Encoded", "LincPolicy", "RolloutResult", "StepInputs"]
+__all__ = ["Decoding", "Encoded", "LincPolicy", "RolloutResult", "StepInputs", "mask_offsets"]
