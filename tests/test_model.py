@@ -42,7 +42,12 @@ from linc_core.model import (
 )
 from linc_core.model.features import node_inputs
 from linc_core.model.policy import mask_offsets
-from linc_core.model.scorer import CandidateScorer, feasible_customers
+from linc_core.model.scorer import (
+    CandidateScorer,
+    feasible_customers,
+    feasible_weight,
+    masked_minima,
+)
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.problems import (
     CONSEQUENCE_FEATURES,
@@ -430,6 +435,25 @@ def test_summary_and_centred_rows_match_reference(case_index: int) -> None:
             assert ratio.item() == pytest.approx(max(len(record["feasible_customers"]), 1) / n)
         state = env.step(state, torch.tensor([[action]]))
     assert empty_steps >= 2  # the empty-F branch was exercised
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_masked_minimum_ignores_rows_outside_f_at_every_dtype(dtype: torch.dtype) -> None:
+    """The minimum over F equals a masked fill's, bit for bit, where the overall minimum lies
+    outside F, with large values of either sign, and 0 on an empty F (half precision too,
+    where a fixed penalty of 1e30 would overflow to inf and give nan)."""
+    rows = torch.tensor(
+        [[[-5.0, 0.25, -0.5, 3.0], [2.0, -1.0, 100.0, 7.5], [1.0, -2.0, 0.0, 4.0]]], dtype=dtype
+    )
+    feasible = torch.tensor(
+        [[[False, True, True, False], [True, False, True, True], [False, False, False, False]]]
+    )
+    weight, count, _ = feasible_weight(feasible, dtype, num_customers=4)
+    got = masked_minima(rows, weight, count)
+    want = rows.masked_fill(~feasible, float("inf")).amin(-1)
+    want = torch.where(count.squeeze(-1) > 0, want, torch.zeros_like(want))
+    assert torch.equal(got, want)
+    assert got.tolist() == [[-0.5, 2.0, 0.0]]
 
 
 def test_centred_mlp_rows_centre_every_column_and_zero_the_depot() -> None:

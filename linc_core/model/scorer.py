@@ -76,23 +76,19 @@ def feasible_stats(fm: Tensor, feasible: Tensor, num_customers: int) -> Feasible
     return FeasibleStats(weight, count, ratio, masked_means(fm, weight, count))
 
 
-# Added to the rows outside F before a minimum: far above any feature value, finite so that
-# ``0 * penalty`` stays 0.
-_OUTSIDE_PENALTY = 1e30
-
-
 def masked_minima(rows: Tensor, weight: Tensor, count: Tensor) -> Tensor:
     """``[B, K]`` minimum over F of one feature row ``[B, K, N]`` (0 when F is empty).
 
-    Rows outside F are lifted by a large penalty instead of filled with inf: adding
-    ``(1 - w) * penalty`` is exact on F (it adds 0) and costs a third of a masked fill. Like
-    ``masked_means`` (where ``nan * 0`` is nan) it needs a finite table, which the
-    environments guarantee.
+    Rows outside F are lifted by the dtype's largest finite value instead of filled with inf:
+    adding ``(1 - w) * max`` is exact on F (it adds ``0 * max = 0``; an infinite penalty would
+    give nan there) and costs a third of a masked fill. Like ``masked_means`` (where
+    ``nan * 0`` is nan) it needs a finite table, which the environments guarantee.
 
     Args:
         weight: ``[B, K, N]`` 0/1 weights of F. count: ``[B, K, 1]`` |F|.
     """
-    minimum = torch.addcmul(rows, 1.0 - weight, rows.new_tensor(_OUTSIDE_PENALTY)).amin(-1)
+    penalty = rows.new_tensor(torch.finfo(rows.dtype).max)
+    minimum = torch.addcmul(rows, 1.0 - weight, penalty).amin(-1)
     return torch.where(count.squeeze(-1) > 0, minimum, torch.zeros_like(minimum))
 
 
