@@ -10,6 +10,7 @@ one line (exit 2) and created nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -120,13 +121,29 @@ def trial_sigterm(folder: Path, epochs: int = 30) -> Row:
     os.kill(trial, signal.SIGTERM)
     rc = driver.wait(1800)
     log = driver.output(10**7)
-    resumed = _tag(_sqlite(storage), "resumed_from")
+    resumed = _tag(_sqlite(storage), "resumed_from") or ""
+    # The retry must start from the state the trial stopped at: its preemption checkpoint, or,
+    # when the SIGTERM came during an epoch's report after Tune had stored its checkpoint, a
+    # Tune checkpoint the driver never received (numbered from the last epoch the driver had
+    # received and printed before the failure). An older one would mean training was redone.
+    printed = re.findall(r": epoch (\d+)/", log.split("FAILED (attempt 1", 1)[0])
+    seen = max(map(int, printed), default=0)
+    # Ray's worker can itself crash on the signal (a failed RAY_CHECK while storing a task's
+    # return, ray-project/ray#47759) before any Python handler runs; then the last checkpoint
+    # the driver received (epoch ``seen``, Tune's ``checkpoint_<seen - 1>``) is the newest state.
+    ray_crashed = "Check failed: objects_valid" in log
+    tune_index = re.search(r"/checkpoint_(\d+) \(step", resumed)
+    oldest_allowed = seen - 1 if ray_crashed else seen
+    current = "preempted_" in resumed or (
+        tune_index is not None and int(tune_index[1]) >= oldest_allowed
+    )
     row.notes.append(
         f"checkpointed on SIGTERM: {'checkpointing the current step' in log}; "
-        f"resumed from {resumed}"
+        f"resumed from {resumed or 'nothing'}; the driver had received epoch {seen}"
+        + ("; Ray's worker crashed on the signal (RAY_CHECK objects_valid)" if ray_crashed else "")
     )
     result = audit(_sqlite(storage), EXPERIMENT, TRAIN, epochs)
-    return _finish(row, result, rc, "checkpointed, retried, finished")
+    return _finish(row, result, rc, "checkpointed, retried, finished", current)
 
 
 def checkpoint_truncated(folder: Path, epochs: int = 30) -> Row:
