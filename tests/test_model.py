@@ -41,11 +41,11 @@ from linc_core.model import (
     sample_z,
 )
 from linc_core.model.features import node_inputs
-from linc_core.model.policy import mask_offsets
 from linc_core.model.scorer import (
     CandidateScorer,
     feasible_customers,
     feasible_weight,
+    mask_offsets,
     masked_minima,
 )
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs

@@ -24,21 +24,12 @@ from linc_core.model.encoder import Encoder
 from linc_core.model.features import node_inputs
 from linc_core.model.replay import replay_log_likelihood
 from linc_core.model.sampling import BatchRows, generator_sampler, greedy
-from linc_core.model.scorer import CandidateScorer
+from linc_core.model.scorer import CandidateScorer, mask_offsets
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState, RoutingEnv
 from linc_core.problems.rollout import complete_rollouts, start_rollouts
 
 Decoding = Literal["sample", "greedy"]
-
-
-def mask_offsets(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """0 where ``mask`` is True, -inf where it is False, as ``dtype``.
-
-    ``(m - 1) * max * 2`` is exactly 0 for m = 1 and overflows to -inf for m = 0 (``0 * inf``
-    would give nan); three elementwise passes cost less than one boolean masked fill on CPU.
-    """
-    return (mask.to(dtype) - 1.0).mul_(torch.finfo(dtype).max).mul_(2.0)
 
 
 class Encoded(NamedTuple):
@@ -216,4 +207,4 @@ class LincPolicy(nn.Module):
         return replay_log_likelihood(self, trajectory, cache, weight)
 
 
-__all__ = ["Decoding", "Encoded", "LincPolicy", "RolloutResult", "StepInputs", "mask_offsets"]
+__all__ = ["Decoding", "Encoded", "LincPolicy", "RolloutResult", "StepInputs"]
