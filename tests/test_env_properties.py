@@ -2,6 +2,7 @@
 
 For random instances (drawn by hypothesis) and real benchmark instances:
 - rollouts that pick a random feasible action always finish;
+- ``decisions_left`` is a lower bound on the decisions a rollout still takes, 0 once finished;
 - the environment's cost equals ``verify.py``'s ``exact`` cost, with no violation;
 - every action the mask rejects, appended to the partial solution, makes ``verify.py`` report
   a violation other than "missing" (the partial solution misses customers by construction),
@@ -83,6 +84,7 @@ def check_rollouts(
     pick = np.random.default_rng(seed)
     state = env.reset()
     taken: list[torch.Tensor] = []
+    bounds = [env.decisions_left(state)[0]]  # of every state, [K] each
     for _ in range(env.max_steps):
         if bool(state.finished.all()):
             break
@@ -92,13 +94,27 @@ def check_rollouts(
         action = random_feasible_actions(state.mask, gen)
         taken.append(action)
         state = env.step(state, action)
+        bounds.append(env.decisions_left(state)[0])
     assert bool(state.finished.all()), "random feasible rollout did not finish"
     actions = torch.stack(taken, dim=-1)[0]  # [K, T]
+    check_decisions_left(torch.stack(bounds))
     for k in range(rollouts):
         routes = solution_of(instance, actions[k].tolist())
         result = verify_instance(instance, 0, routes, convention="exact")
         assert result.feasible, result.violations
         assert state.cost[0, k].item() == pytest.approx(result.cost, rel=1e-9, abs=1e-9)
+
+
+def check_decisions_left(bounds: torch.Tensor) -> None:
+    """``decisions_left`` (``[T + 1, K]``, one row per state of the rollouts) is 0 exactly from
+    the state at which a rollout has finished, and never more than the decisions it then took
+    to finish (the rollout engine skips its reads on that bound)."""
+    for k in range(bounds.shape[1]):
+        finished_at = int((bounds[:, k] == 0).nonzero()[0])
+        assert bool((bounds[finished_at:, k] == 0).all())
+        taken_after = torch.arange(finished_at, 0, -1)  # decisions each earlier state needed
+        assert bool((bounds[:finished_at, k] >= 1).all())
+        assert bool((bounds[:finished_at, k] <= taken_after).all()), bounds[:, k]
 
 
 def solution_of(instance: Instance, actions: list[int]) -> list[list[int]]:

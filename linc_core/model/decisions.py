@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from linc_core.model.sampling import Pick
+from linc_core.model.scorer import prunes_rows
 from linc_core.problems.protocol import RolloutState, RoutingEnv
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class PolicyChooser:
             feasible actions), packed per instance; the others take their one feasible action
             (probability 1: the same action and log-likelihood, about a third less model work
             on CVRPTW n=50). Off when every rollout's scores are wanted (the diagnostics).
+            None (default): on where it pays, on CPU (``linc_core.model.scorer.prunes_rows``).
     """
 
     def __init__(
@@ -102,7 +104,7 @@ class PolicyChooser:
         morph: tuple[LincPolicy, float] | None = None,
         track_log_likelihood: bool = True,
         keep_trajectory: bool = False,
-        skip_forced: bool = True,
+        skip_forced: bool | None = None,
     ):
         self.policy = policy
         self.env = env
@@ -111,6 +113,8 @@ class PolicyChooser:
         self.pick = pick
         self.has_depot = env.instance.has_depot
         self.morph = morph
+        if skip_forced is None:
+            skip_forced = prunes_rows(env.instance.device)
         self.skip_forced = skip_forced
         if morph is not None:
             with torch.no_grad():

@@ -99,13 +99,27 @@ def masked_minima(rows: Tensor, weight: Tensor, count: Tensor) -> Tensor:
     return torch.where(count.squeeze(-1) > 0, minimum, torch.zeros_like(minimum))
 
 
+def prunes_rows(device: torch.device) -> bool:
+    """Whether leaving out the rollouts without a choice pays on ``device``.
+
+    On CPU, computing fewer rows saves their time. On CUDA, the number of rows left is read on
+    the host before the work can be sized, a host-device synchronisation at every decision
+    that costs more than the rows it saves (the GPU works on all rows at once), so every row
+    is computed there.
+    """
+    return device.type == "cpu"
+
+
 def choice_rows(feasible_count: Tensor) -> Tensor | None:
     """Flat indices of the rollouts with at least two feasible actions, or None when working on
-    every rollout is cheaper than selecting them (at least 3 in 4 have a choice).
+    every rollout is cheaper than selecting them (at least 3 in 4 have a choice, or a device
+    where selecting does not pay: ``prunes_rows``).
 
     Args:
         feasible_count: ``[B, K]`` feasible actions per rollout (depot included).
     """
+    if not prunes_rows(feasible_count.device):
+        return None
     has_choice = (feasible_count > 1).flatten()
     if 4 * int(has_choice.sum()) >= 3 * has_choice.numel():
         return None

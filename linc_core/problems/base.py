@@ -98,6 +98,15 @@ def gather_pairs(matrix: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     return matrix.flatten(1).gather(1, rows * n + cols)
 
 
+def depot_decisions_left(num_customers: int, num_visited: Tensor, finished: Tensor) -> Tensor:
+    """``[B, K]`` long: a lower bound on the decisions a depot rollout needs to finish.
+
+    An unfinished rollout must still visit its ``num_customers - num_visited`` customers, one
+    decision each, and then decide the return to the depot; a finished one needs none.
+    """
+    return (num_customers + 1 - num_visited).masked_fill(finished, 0)
+
+
 def finite_or_zero(x: Tensor) -> Tensor:
     """Replace NaN and +-inf by 0 (unbounded windows give infinite slack ratios)."""
     return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))

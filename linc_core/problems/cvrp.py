@@ -26,6 +26,7 @@ from linc_core.instances import Instance
 from linc_core.problems.base import (
     angle_difference_norm,
     depot_angles,
+    depot_decisions_left,
     euclidean_distances,
     gather_nodes,
     gather_pairs,
@@ -158,6 +159,10 @@ class CVRPEnv:
         current_angle = gather_nodes(self.node_angle, state.current).unsqueeze(-1)
         angle = angle_difference_norm(self.node_angle.unsqueeze(1), current_angle)
         return torch.stack([travel, demand, load_after, to_depot, angle], dim=-1)
+
+    def decisions_left(self, state: CVRPState) -> Tensor:
+        """``[B, K]`` long lower bound on the decisions to finish (``depot_decisions_left``)."""
+        return depot_decisions_left(self.num_customers, state.num_visited, state.finished)
 
     def decoder_context(self, state: CVRPState) -> DecoderContext:
         """The current node and the remaining load."""

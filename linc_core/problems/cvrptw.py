@@ -39,6 +39,7 @@ from linc_core.instances import Instance
 from linc_core.problems.base import (
     angle_difference_norm,
     depot_angles,
+    depot_decisions_left,
     euclidean_distances,
     finite_or_zero,
     gather_nodes,
@@ -275,6 +276,10 @@ class CVRPTWEnv:
             table = finite_or_zero(table)
         table[..., 0] = 0.0  # the depot's row
         return table.transpose(-1, -2)
+
+    def decisions_left(self, state: CVRPTWState) -> Tensor:
+        """``[B, K]`` long lower bound on the decisions to finish (``depot_decisions_left``)."""
+        return depot_decisions_left(self.num_customers, state.num_visited, state.finished)
 
     def decoder_context(self, state: CVRPTWState) -> DecoderContext:
         """The current node, the remaining load and the elapsed route time."""

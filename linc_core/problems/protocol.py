@@ -3,7 +3,8 @@
 A routing environment decodes B instances x K rollouts in lock-step. ``reset`` gives the decision
 state after the forced depot start (TSP: before the first city); ``step`` is pure and returns the
 next state with its feasibility mask; ``consequences`` is the LINC candidate table of a state;
-``decoder_context`` is what the decoder's query reads from it. The rollout engine
+``decoder_context`` is what the decoder's query reads from it; ``decisions_left`` bounds how
+soon a rollout can finish. The rollout engine
 (``linc_core.problems.rollout``) drives any such environment with any choice rule.
 
 The consequence feature names of each problem live here, once: the environments build their
@@ -126,6 +127,11 @@ class RoutingEnv(Protocol[StateT]):
     def consequences(self, state: StateT) -> Tensor: ...
 
     def decoder_context(self, state: StateT) -> DecoderContext: ...
+
+    def decisions_left(self, state: StateT) -> Tensor:
+        """``[B, K]`` long: a lower bound on the decisions each rollout still needs to finish,
+        0 exactly when it has finished (the rollout engine reads it to know when to look)."""
+        ...
 
 
 __all__ = [

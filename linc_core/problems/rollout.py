@@ -68,9 +68,15 @@ def complete_rollouts(
     """Run ``choose(state, step)`` and ``env.step`` until every rollout has finished.
 
     Finished rollouts keep receiving actions (the environments make their one feasible action
-    harmless), so every rollout of the batch moves in lock-step. At most ``env.max_steps``
-    decisions are taken; a rollout that has not finished by then is a bug in the environment or
-    the instance, and raises.
+    harmless), so every rollout of the batch moves in lock-step. The loop reads the batch's
+    progress from the device only when it could have ended: it reads the largest of the
+    rollouts' lower bounds on the decisions left (``env.decisions_left``) and runs that many
+    decisions before it reads again. So it stops after exactly the decision at which the last
+    rollout finishes, as a check after every decision would, with a few reads per rollout
+    instead of one per decision (on CUDA each read is a host-device synchronisation that
+    drains the queue of launched kernels). At most ``env.max_steps`` decisions are taken; a
+    rollout that has not finished by then is a bug in the environment or the instance, and
+    raises.
 
     Args:
         choose: the choice rule; ``step`` counts decisions from ``first_step``.
@@ -82,14 +88,15 @@ def complete_rollouts(
     """
     state = env.reset() if state is None else state
     actions: list[Tensor] = []
-    for step in range(first_step, first_step + env.max_steps):
-        if bool(state.finished.all()):
-            break
-        action = choose(state, step)
-        actions.append(action)
-        state = env.step(state, action)
-    if not bool(state.finished.all()):
-        raise RuntimeError(f"rollouts did not finish within {env.max_steps} decisions")
+    step, last_step = first_step, first_step + env.max_steps
+    while (left := int(env.decisions_left(state).max())) > 0:
+        if step + left > last_step:
+            raise RuntimeError(f"rollouts did not finish within {env.max_steps} decisions")
+        for _ in range(left):
+            action = choose(state, step)
+            actions.append(action)
+            state = env.step(state, action)
+            step += 1
     if not actions:
         b, k = state.current.shape
         return state, torch.zeros(b, k, 0, dtype=torch.long, device=state.current.device)

@@ -134,6 +134,11 @@ class TSPEnv:
         table = torch.stack([travel, to_start, to_centroid, angle], dim=-1)
         return table * started.unsqueeze(-1)
 
+    def decisions_left(self, state: TSPState) -> Tensor:
+        """``[B, K]`` long lower bound on the decisions to finish: one per unvisited city (the
+        closing leg is no decision)."""
+        return self.num_nodes - state.num_visited
+
     def decoder_context(self, state: TSPState) -> DecoderContext:
         """The current and the first city (the decoder's query reads both)."""
         return DecoderContext(current=state.current, first=state.first)
