@@ -93,9 +93,8 @@ def _ours_step_seconds(
     instance = generate("cvrptw", batch, n, seed)
 
     def run(step: int) -> float:
-        gen = torch.Generator().manual_seed(step)
         start = time.perf_counter()
-        metrics = train_step(policy, optimizer, instance, config, progress, gen)
+        metrics = train_step(policy, optimizer, instance, config, progress, step)
         seconds = time.perf_counter() - start
         if decoding_steps is not None:
             decoding_steps["last"] = metrics.steps

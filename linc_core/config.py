@@ -201,7 +201,9 @@ class TrainConfig:
             per instance at once and accumulates their gradients (0: all at once); peak
             memory grows with it, the loss and gradient do not change
             (``linc_core.model.replay``).
-        amp: mixed precision; honoured only on CUDA.
+        precision: the forward passes' autocast: ``auto`` (bf16 on CUDA, fp32 on CPU),
+            ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a gradient scaler); see
+            ``linc_core.train.precision``.
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         seed: every random stream of a run derives from it.
         init: initial weights: ``linc`` (PyTorch's defaults drawn under a seed derived from
@@ -230,7 +232,7 @@ class TrainConfig:
     best_only_start_ratio: float = 0.25
     multi_start: bool = False
     replay_chunk: int = 2
-    amp: bool = True
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: str = "cpu"
     seed: int = 1234
     init: Literal["linc", "reference"] = "linc"
@@ -276,6 +278,12 @@ class TrainConfig:
             "device",
             self.device,
             "cpu or cuda[:N]",
+        )
+        require(
+            self.precision != "fp16" or self.device.startswith("cuda"),
+            "precision",
+            self.precision,
+            f"fp32, bf16 or auto on device {self.device} (fp16 needs CUDA)",
         )
 
     @property

@@ -8,7 +8,7 @@ import torch
 
 from linc_core.model import LincPolicy
 from linc_core.model.decisions import PolicyChooser
-from linc_core.model.sampling import generator_sampler, greedy, sample_z
+from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys, row_seeds, sample_z
 from linc_core.problems import make_env
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
 from linc_core.train.data import generate
@@ -33,12 +33,12 @@ def test_skipping_forced_rollouts_decides_every_rollout_the_same(
     policy = LincPolicy(model).double().eval()
     instance = generate(problem, 3, 15, seed=4).to(dtype=torch.float64)
     k = 10
-    z = sample_z(3, k, 16, torch.Generator().manual_seed(1)).double() if model.z_dim else None
+    z = sample_z(row_seeds(1, 3), k, 16).double() if model.z_dim else None
     starts = pomo_starts(instance, k) if model.z_dim == 0 else None
     outcomes = {}
     for skip in (False, True):
         env = make_env(instance, k)
-        pick = generator_sampler(torch.Generator().manual_seed(2), k) if sample else greedy
+        pick = keyed_sampler(rollout_keys(row_seeds(2, 3), 0, k)) if sample else greedy
         chooser = PolicyChooser(
             policy, env, policy.encode(instance), z, pick, keep_trajectory=True, skip_forced=skip
         )

@@ -37,10 +37,11 @@ from linc_core.model import (
     load_reference_state_dict,
     map_reference_keys,
     reference_initial_state_dict,
-    sample_from_log_probs,
+    row_seeds,
     sample_z,
 )
 from linc_core.model.features import node_inputs
+from linc_core.model.sampling import sample_with_uniforms
 from linc_core.model.scorer import (
     CandidateScorer,
     feasible_customers,
@@ -88,8 +89,7 @@ def rollout_inputs(
     """(z, forced starts) as ``LincPolicy.rollout`` expects them for this config."""
     z = None
     if policy.config.z_dim > 0:
-        generator = torch.Generator().manual_seed(seed)
-        z = sample_z(batch, k, policy.config.z_dim, generator)
+        z = sample_z(row_seeds(seed, batch), k, policy.config.z_dim)
     starts = None
     if policy.config.z_dim == 0:  # POMO multi-start: rollout k starts at customer / city k + 1
         starts = torch.arange(1, k + 1).expand(batch, k).clone()
@@ -366,7 +366,7 @@ def test_dot_product_presets_match_a_plain_derivation(preset: str) -> None:
     torch.manual_seed(4)
     policy = LincPolicy(preset_configs(preset)[0]).double().eval()
     instance = make_instances("cvrptw", batch, 12, seed=9)
-    z = sample_z(batch, k, policy.config.z_dim, torch.Generator().manual_seed(1)).double()
+    z = sample_z(row_seeds(1, batch), k, policy.config.z_dim).double()
     generator = torch.Generator().manual_seed(2)
     env = make_env(instance, k)
     state = env.reset()
@@ -536,10 +536,16 @@ PROBE_DELTAS = [
 ]
 
 
+def draw_actions(log_probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One inverse-CDF draw per rollout with float64 uniforms from ``generator``."""
+    uniforms = torch.rand(log_probs.shape[:-1], generator=generator, dtype=torch.float64)
+    return sample_with_uniforms(log_probs, uniforms)
+
+
 def probe_drift(policy: LincPolicy, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Largest change of the customer distribution for each of ``PROBE_DELTAS``."""
     instance, env, state = probe_state()
-    z = sample_z(1, 2, 16, torch.Generator().manual_seed(5))
+    z = sample_z(row_seeds(5, 1), 2, 16)
     before = customer_distribution(policy, instance, env, state, z, torch.zeros(5), monkeypatch)
     drift = []
     for delta in PROBE_DELTAS:
@@ -679,7 +685,7 @@ def test_masked_actions_have_zero_probability(preset: str, problem: str) -> None
         assert bool((probs[~mask] == 0).all())
         assert bool(torch.isfinite(log_probs[mask]).all())
         torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs[..., 0]))
-        action = sample_from_log_probs(log_probs, generator)
+        action = draw_actions(log_probs, generator)
         assert bool(mask.gather(-1, action.unsqueeze(-1)).all())
         return action
 
@@ -725,26 +731,20 @@ def test_sampler_never_draws_a_zero_probability_action() -> None:
     logits = torch.randn(64, 32, 7, generator=generator) * 5
     log_probs = logits.masked_fill(~mask, -math.inf).log_softmax(-1)
     for _ in range(20):
-        action = sample_from_log_probs(log_probs, generator)
+        action = draw_actions(log_probs, generator)
         assert bool(mask.gather(-1, action.unsqueeze(-1)).all())
     assert bool((action[0, 0] == 3).all())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_sampler_extreme_uniforms_never_draw_a_masked_action(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sampler_extreme_uniforms_never_draw_a_masked_action(dtype: torch.dtype) -> None:
     """u = 0 and the largest u below 1: masked entries at both ends are still skipped."""
     mask = torch.tensor([[[False, True, False, True, False]], [[False, False, True, True, True]]])
     logits = torch.tensor([[[0.0, 1.0, 2.0, -1.0, 3.0]], [[5.0, 4.0, -9.0, 0.0, -3.0]]])
     log_probs = logits.to(dtype).masked_fill(~mask, -math.inf).log_softmax(-1)
     largest_below_one = 1.0 - torch.finfo(dtype).eps / 2
     for u, expected in ((0.0, [[1], [2]]), (largest_below_one, [[3], [4]])):
-        monkeypatch.setattr(
-            torch, "rand", lambda *shape, u=u, **kw: torch.full(shape[0], u, dtype=kw["dtype"])
-        )
-        action = sample_from_log_probs(log_probs, None)
-        monkeypatch.undo()
+        action = sample_with_uniforms(log_probs, torch.full((2, 1), u, dtype=dtype))
         assert action.tolist() == expected, u
 
 
@@ -876,9 +876,7 @@ def test_preset_builds_and_rolls_out(preset: str, problem: str) -> None:
     if problem == "tsp" and policy.config.z_dim > 0:
         starts = None  # the default: every tour starts at city 0
     with torch.no_grad():
-        result = policy.rollout(
-            instance, k, z=z, starts=starts, generator=torch.Generator().manual_seed(1)
-        )
+        result = policy.rollout(instance, k, z=z, starts=starts, sample_seeds=row_seeds(1, batch))
     assert result.actions.shape[:2] == (batch, k)
     customers = range(1, size + 1) if problem != "tsp" else range(size)
     for row in result.actions.flatten(0, 1).tolist():
@@ -911,7 +909,9 @@ def test_z_is_required_when_the_model_has_z() -> None:
     policy = tiny_policy("full_linc", "cvrptw")
     instance = make_instances("cvrptw", 1, 5, seed=0).to(dtype=torch.float32)
     with pytest.raises(ValueError, match="z vectors"):
-        policy.rollout(instance, 2)
+        policy.rollout(instance, 2, decoding="greedy")
+    with pytest.raises(ValueError, match="needs sample_seeds"):
+        policy.rollout(instance, 2, z=sample_z(row_seeds(0, 1), 2, 16))
     with pytest.raises(ValueError, match="model is for cvrptw"):
         policy.rollout(make_instances("tsp", 1, 5, seed=0).to(dtype=torch.float32), 2)
 
@@ -999,7 +999,17 @@ def test_unknown_preset_and_unknown_keys_are_named() -> None:
             "train.init: expected one of ('linc', 'reference'), got 'xavier'",
         ),
         (TrainConfig, {"epochs": "ten"}, "train.epochs: expected int, got 'ten'"),
-        (TrainConfig, {"amp": 1}, "train.amp: expected bool, got 1"),
+        (
+            TrainConfig,
+            {"precision": "half"},
+            "train.precision: expected one of ('auto', 'fp32', 'bf16', 'fp16'), got 'half'",
+        ),
+        (
+            TrainConfig,
+            {"precision": "fp16"},
+            "train.precision: expected fp32, bf16 or auto on device cpu (fp16 needs CUDA), "
+            "got 'fp16'",
+        ),
         (TrainConfig, {"epochs": 2.5}, "train.epochs: expected int, got 2.5"),
         (
             ModelConfig,

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from linc_core.decode import DecodeConfig, actions_to_solution, decode
-from linc_core.model import LincPolicy, sample_z
+from linc_core.model import LincPolicy, row_seeds, sample_z
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.pyvrp_solver import solve_with_pyvrp
 from linc_core.train import FixedData, GeneratedData, fit, train_step
 from linc_core.train.checkpoint import build_payload, load_checkpoint, save_checkpoint
 from linc_core.train.data import generate
 from linc_core.train.loop import policy_from_checkpoint
-from linc_core.train.step import advantages, rollout_conditioning
+from linc_core.train.step import advantages, rollout_draws
 from linc_core.verify import verify_instance
 from tests.conftest import tiny_configs
 
@@ -27,7 +27,7 @@ from tests.conftest import tiny_configs
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_every_preset_takes_a_training_step(preset: str, problem: str) -> None:
     """The step reports the rollouts it sampled: replayed from the weights before the step and
-    the same random stream, their verified lengths give its mean and best-of-K costs, and their
+    the same seed, their verified lengths give its mean and best-of-K costs, and their
     log-likelihoods its loss ``-mean(A m log p)``; and the step moves the weights."""
     k, batch, progress = 4, 3, 0.5
     model, config = tiny_configs(preset, problem, num_rollouts=k, batch_size=batch)
@@ -36,14 +36,13 @@ def test_every_preset_takes_a_training_step(preset: str, problem: str) -> None:
     before = copy.deepcopy(policy)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
     instance = generate(problem, batch, 10, seed=11)
-    metrics = train_step(
-        policy, optimizer, instance, config, progress, torch.Generator().manual_seed(1)
-    )
+    metrics = train_step(policy, optimizer, instance, config, progress, seed=1)
 
-    generator = torch.Generator().manual_seed(1)
-    z, starts = rollout_conditioning(before, instance, k, config.multi_start, generator)
+    draws = rollout_draws(before, instance, k, config.multi_start, seed=1)
     with torch.no_grad():
-        replay = before.train().rollout(instance, k, z=z, starts=starts, generator=generator)
+        replay = before.train().rollout(
+            instance, k, z=draws.z, starts=draws.starts, sample_seeds=draws.sample_seeds
+        )
     verified = torch.zeros(batch, k, dtype=torch.float64)
     for b in range(batch):
         for j in range(k):
@@ -174,7 +173,7 @@ def test_score_morphing_interpolates_between_reference_and_policy() -> None:
     torch.manual_seed(0)
     policy, reference = LincPolicy(model), LincPolicy(reference_model)
     instance = generate("cvrptw", 2, 6, seed=4)
-    z = sample_z(2, 3, 16, torch.Generator().manual_seed(0))
+    z = sample_z(row_seeds(0, 2), 3, 16)
 
     def greedy(p: LincPolicy, morph=None):
         with torch.no_grad():
@@ -188,13 +187,14 @@ def test_score_morphing_interpolates_between_reference_and_policy() -> None:
     torch.testing.assert_close(at_one.log_likelihood, greedy(policy).log_likelihood)
 
 
-def test_amp_is_ignored_on_cpu() -> None:
+def test_auto_precision_is_fp32_on_cpu() -> None:
     model, config = tiny_configs(
         "baseline", num_rollouts=4, batch_size=2, instances_per_epoch=2, epochs=1
     )
-    assert config.amp
+    assert config.precision == "auto"
     result = fit(LincPolicy(model), config, GeneratedData("cvrptw", 5, 2, 2, seed=1))
     assert result.epochs_done == 1
+    assert result.precision == "fp32"
     assert all(p.dtype == torch.float32 for p in result.policy.parameters())
 
 
@@ -248,7 +248,7 @@ def test_replayed_log_likelihood_has_the_gradient_of_the_autograd_rollout(
         reference = LincPolicy(tiny_configs("polynet", problem)[0]).double()
     instance = generate(problem, 3, 10, seed=5).to(dtype=torch.float64)
     k = 6
-    z = sample_z(3, k, 16, torch.Generator().manual_seed(1)).double() if model.z_dim else None
+    z = sample_z(row_seeds(1, 3), k, 16).double() if model.z_dim else None
     starts = None
     if config.multi_start:
         offset = 1 if instance.has_depot else 0
@@ -261,7 +261,7 @@ def test_replayed_log_likelihood_has_the_gradient_of_the_autograd_rollout(
             k,
             z=z,
             starts=starts,
-            generator=torch.Generator().manual_seed(2),
+            sample_seeds=row_seeds(2, 3),
             morph=morph_arg,
             **kwargs,
         )
@@ -294,10 +294,12 @@ def test_replay_with_no_weight_gives_a_zero_gradient() -> None:
     torch.manual_seed(0)
     policy = LincPolicy(model)
     instance = generate("cvrptw", 2, 6, seed=1)
-    z = sample_z(2, 4, 16, torch.Generator().manual_seed(0))
+    z = sample_z(row_seeds(0, 2), 4, 16)
     encoded = policy.encode(instance)
     with torch.no_grad():
-        sampled = policy.rollout(instance, 4, z=z, encoded=encoded, keep_trajectory=True)
+        sampled = policy.rollout(
+            instance, 4, z=z, sample_seeds=row_seeds(1, 2), encoded=encoded, keep_trajectory=True
+        )
     total = policy.weighted_log_likelihood(sampled.trajectory, encoded[0], torch.zeros(2, 4))
     total.backward()
     assert float(total.detach()) == 0.0
@@ -367,20 +369,23 @@ def test_chunked_training_step_has_the_loss_and_gradient_of_the_autograd_step(
         config = dataclasses.replace(config, replay_chunk=chunk or 0)
         torch.manual_seed(0)
         policy = LincPolicy(model).double()
-        generator = torch.Generator().manual_seed(3)
         if chunk is None:  # the autograd reference: one rollout with gradients
             policy.train()
-            z, starts = rollout_conditioning(policy, instance, k, config.multi_start, generator)
-            if z is not None:
-                z = z.double()
-            direct = policy.rollout(instance, k, z=z, starts=starts, generator=generator)
+            draws = rollout_draws(policy, instance, k, config.multi_start, seed=3)
+            direct = policy.rollout(
+                instance,
+                k,
+                z=draws.z,
+                starts=draws.starts,
+                sample_seeds=draws.sample_seeds,
+            )
             advantage, mask, _ = advantages(direct.cost.detach().float(), config, progress)
             loss = -(advantage * mask * direct.log_likelihood).sum() / (batch * k)
             loss.backward()
             expected_loss = float(loss.detach())
         else:
             optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
-            metrics = train_step(policy, optimizer, instance, config, progress, generator)
+            metrics = train_step(policy, optimizer, instance, config, progress, seed=3)
             assert metrics.loss == pytest.approx(expected_loss, rel=1e-6, abs=1e-9)
         grads[chunk] = [
             p.grad.clone() if p.grad is not None else torch.zeros_like(p)

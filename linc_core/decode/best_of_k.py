@@ -9,16 +9,16 @@ draws derive from ``seed``, the content of its instance (``Instance.fingerprint`
 the instance's data, so the same instance decodes the same wherever it sits in a batch or a folder)
 and its augmentation:
 
-- its z-vectors come from a generator seeded with ``derive_seed(seed, "z", fingerprint, a)``;
-  ``sample_z`` keeps the K smallest of 2^z_dim uniform keys in ascending order, so the first K
-  z-vectors of a row are the same whatever the total K;
+- its z-vectors are keyed by ``derive_seed(seed, "z", fingerprint, a)``: ``sample_z`` keeps
+  the K smallest of 2^z_dim keyed hashes in ascending order, so the first K z-vectors of a row
+  are the same whatever the total K;
 - a sampled rollout draws its uniforms from a counter-based hash of
   ``(derive_seed(seed, "sample", fingerprint, a), rollout index, step)``
   (``linc_core.model.sampling.keyed_sampler``), not from a shared stream.
 
-Hence rollout k of a row is the same rollout for every K > k, every chunk size and every batch
-it is decoded in: with more samples the best cost can only improve (the property the tests
-check).
+Hence rollout k of a row is the same rollout for every K > k, every chunk size, every batch it
+is decoded in and every device (the draws are computed on the device, no host copy per
+decision): with more samples the best cost can only improve (the property the tests check).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys, sample
 from linc_core.problems import make_env
 from linc_core.problems.augment import augment_dihedral
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
-from linc_core.seeding import derive_seed, torch_generator
+from linc_core.seeding import derive_seed
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,8 @@ class Rows:
 
     def z(self, num_z: int, z_dim: int, seed: int) -> Tensor:
         """``[R, num_z, z_dim]`` distinct z-vectors per row, prefix-stable in ``num_z``."""
-        blocks = [
-            sample_z(1, num_z, z_dim, torch_generator(s)) for s in self.seeds(seed, "z").tolist()
-        ]
-        return torch.cat(blocks).to(self.instance.device)
+        seeds = self.seeds(seed, "z").to(self.instance.device)
+        return sample_z(seeds, num_z, z_dim)
 
 
 def make_rows(instance: Instance, augment: int, dtype: torch.dtype) -> Rows:

@@ -6,7 +6,7 @@ from linc_core.model.reference_format import (
     map_reference_keys,
     reference_initial_state_dict,
 )
-from linc_core.model.sampling import BatchRows, sample_from_log_probs, sample_z
+from linc_core.model.sampling import BatchRows, row_seeds, sample_z
 
 __all__ = [
     "BatchRows",
@@ -16,6 +16,6 @@ __all__ = [
     "load_reference_state_dict",
     "map_reference_keys",
     "reference_initial_state_dict",
-    "sample_from_log_probs",
+    "row_seeds",
     "sample_z",
 ]

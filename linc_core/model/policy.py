@@ -23,7 +23,7 @@ from linc_core.model.decoder import Decoder, DecoderCache
 from linc_core.model.encoder import Encoder
 from linc_core.model.features import node_inputs
 from linc_core.model.replay import replay_log_likelihood
-from linc_core.model.sampling import BatchRows, generator_sampler, greedy
+from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys
 from linc_core.model.scorer import CandidateScorer, mask_offsets
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState, RoutingEnv
@@ -138,10 +138,9 @@ class LincPolicy(nn.Module):
         z: Tensor | None = None,
         starts: Tensor | None = None,
         decoding: Decoding = "sample",
-        generator: torch.Generator | None = None,
+        sample_seeds: Tensor | None = None,
         env_kwargs: dict | None = None,
         morph: tuple[LincPolicy, float] | None = None,
-        rows: BatchRows | None = None,
         encoded: Encoded | None = None,
         keep_trajectory: bool = False,
     ) -> RolloutResult:
@@ -153,23 +152,25 @@ class LincPolicy(nn.Module):
             z: ``[B, K, z_dim]`` z-vectors (required when ``config.z_dim > 0``).
             starts: ``[B, K]`` forced first customer (POMO multi-start) or first city (TSP;
                 default city 0).
-            decoding: ``sample`` (from ``generator``) or ``greedy``.
+            decoding: ``sample`` or ``greedy``.
+            sample_seeds: ``[B]`` int64 row seeds of the sampling draws (``decoding="sample"``;
+                ``linc_core.model.sampling.row_seeds``): rollout k of row b draws from
+                ``(sample_seeds[b], k, step)`` alone, on any device and any split of the batch.
             morph: ``(frozen policy, lambda)``: score morphing ``u = u_0 + lambda (u - u_0)``
                 from a frozen policy's scores u_0 (paper section 3.4; it sees the same states
                 and z).
-            rows: ``instance`` is these rows of a larger batch (data-parallel training): the
-                sampling noise is drawn for the whole batch and sliced, so each instance's
-                rollouts are those it would get in the whole batch.
             encoded: ``encode(instance)`` when the caller already has it.
             keep_trajectory: return the decision steps (``RolloutResult.trajectory``) for
                 ``weighted_log_likelihood``.
         """
         if instance.problem != self.config.problem:
             raise ValueError(f"model is for {self.config.problem}, got a {instance.problem} batch")
-        if rows is not None and rows.size != instance.batch_size:
-            raise ValueError(f"rows {rows} do not match a batch of {instance.batch_size}")
         env = make_env(instance, num_rollouts, **(env_kwargs or {}))
-        pick = greedy if decoding == "greedy" else generator_sampler(generator, num_rollouts, rows)
+        pick = greedy
+        if decoding == "sample":
+            if sample_seeds is None:
+                raise ValueError("rollout: decoding='sample' needs sample_seeds")
+            pick = keyed_sampler(rollout_keys(sample_seeds, 0, num_rollouts))
         chooser = PolicyChooser(
             self,
             env,

@@ -3,17 +3,18 @@
 A choice rule ``pick(log_probs, step, positions) -> actions`` turns a step's log-probabilities
 into actions; the rollout engine calls it once per decision. ``positions`` (``[B, K']`` or None)
 says which of the K rollouts the rows of ``log_probs`` are when the caller decides only some of
-them (rollouts with a single feasible action need no model): a sampler still draws its uniforms
-for all K rollouts, so every rollout gets the same noise whichever rollouts are decided. There is
-one inverse-CDF sampler (``sample_with_uniforms``); the rules differ only in where the uniforms
-come from:
+them (rollouts with a single feasible action need no model): a sampler still gives every
+rollout its own noise whichever rollouts are decided. There is one inverse-CDF sampler
+(``sample_with_uniforms``) and one source of randomness for training and decoding alike: a
+counter-based hash (splitmix64) of (row seed, rollout index, step), computed on the rollouts'
+device. Hence
 
-- ``sample_from_log_probs`` / ``generator_sampler``: a ``torch.Generator`` stream (training).
-  With ``BatchRows`` the uniforms are drawn for the whole batch and sliced, so a data-parallel
-  worker's rollouts are those the whole batch would get.
-- ``keyed_sampler``: a counter-based hash of (rollout key, step) (decoding), so that rollout k
-  of an instance is the same rollout whatever K, chunking or batch composition.
-- ``greedy``: no randomness, the most likely action.
+- a seed means the same z-vectors and the same rollouts on CPU and on CUDA (up to the float
+  rounding of the scores), with no host-device copy in the decoding loop;
+- rollout k of a row is the same rollout whatever K, chunking, batch composition or the number
+  of data-parallel workers (each row's draws depend on its own seed only).
+
+``keyed_sampler`` samples, ``greedy`` takes the most likely action.
 """
 
 from __future__ import annotations
@@ -33,38 +34,63 @@ _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15
 _MIX_1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
 _MIX_2 = -7723592293110705685  # 0x94D049BB133111EB
 _MANTISSA = float(2**53)
+FEISTEL_ROUNDS = 6  # even: the permutation's halves end at the widths they started with
 
 
-def sample_z(
-    batch: int,
-    num_rollouts: int,
-    z_dim: int,
-    generator: torch.Generator | None = None,
-    device: torch.device | str = "cpu",
-) -> Tensor:
-    """Distinct binary z-vectors per instance, drawn uniformly without replacement.
+def sample_z(seeds: Tensor, num_rollouts: int, z_dim: int) -> Tensor:
+    """Distinct binary z-vectors per row: the first K of a random ordering keyed by its seed.
 
-    The K smallest of ``2^z_dim`` uniform keys, in ascending order, form a uniform K-subset; so
-    the first K z-vectors of an instance are the same whatever the total K.
+    Rollout k of a row gets vector ``keyed_permutation(k)`` of the ``2^z_dim`` vectors, so the
+    K vectors of a row are pairwise different, the first K are the same whatever the total K,
+    and the draw costs O(K) per row (not O(2^z_dim)) and is the same on every device.
+
+    Args:
+        seeds: ``[R]`` int64, one per row (``row_seeds``).
 
     Returns:
-        ``[B, K, z_dim]`` float in {0, 1}; rows of an instance are pairwise different.
+        ``[R, K, z_dim]`` float in {0, 1}.
     """
-    pool = 2**z_dim
-    if num_rollouts > pool:
+    if num_rollouts > 2**z_dim:
         raise ValueError(f"cannot draw {num_rollouts} distinct z from 2^{z_dim} vectors")
-    keys = torch.rand(batch, pool, generator=generator, device=device)
-    index = keys.topk(num_rollouts, dim=-1, largest=False).indices  # [B, K]
-    bits = torch.arange(z_dim - 1, -1, -1, device=device)
-    return ((index.unsqueeze(-1) >> bits) & 1).float()
+    index = torch.arange(num_rollouts, device=seeds.device).expand(seeds.shape[0], -1)
+    vectors = keyed_permutation(index, z_dim, seeds)  # [R, K]
+    bits = torch.arange(z_dim - 1, -1, -1, device=seeds.device)
+    return ((vectors.unsqueeze(-1) >> bits) & 1).float()
+
+
+def keyed_permutation(values: Tensor, bits: int, seeds: Tensor) -> Tensor:
+    """A pseudo-random permutation of ``[0, 2^bits)`` per row, keyed by the row's seed.
+
+    A Feistel network (``FEISTEL_ROUNDS`` rounds) over the value's bits split into a high and a
+    low part of ``ceil(bits / 2)`` and ``floor(bits / 2)`` bits; round r maps (L, R) to
+    (R, L xor F_r(R)) with F_r a splitmix64 hash of R and the row's round key. Every round is
+    a bijection whatever F_r is (the unbalanced halves swap widths each round, FFX-style), so
+    the whole is a permutation; the hashed round functions make it look random.
+
+    Args:
+        values: ``[R, K]`` int64 in ``[0, 2^bits)``; seeds: ``[R]`` int64.
+
+    Returns:
+        ``[R, K]`` int64: row r's permutation applied to its values.
+    """
+    high_bits, low_bits = (bits + 1) // 2, bits // 2
+    left, right = values >> low_bits, values & ((1 << low_bits) - 1)
+    left_bits, right_bits = high_bits, low_bits
+    for round_index in range(FEISTEL_ROUNDS):
+        key = splitmix64(seeds ^ splitmix64(torch.full_like(seeds, round_index))).unsqueeze(1)
+        mixed = splitmix64(right ^ key) & ((1 << left_bits) - 1)
+        left, right = right, left ^ mixed
+        left_bits, right_bits = right_bits, left_bits
+    # An even number of rounds leaves the halves at their starting widths.
+    return (left << right_bits) | right
 
 
 @dataclass(frozen=True)
 class BatchRows:
     """Rows ``[start, stop)`` of a batch of ``total`` instances (a data-parallel worker's share).
 
-    Random draws meant for the whole batch are made for all ``total`` rows and then sliced to
-    these rows, so the rollouts of a global instance do not depend on how the batch is split.
+    Random draws are keyed by the global row (``row_seeds`` of the whole batch, then sliced),
+    so the rollouts of a global instance do not depend on how the batch is split.
     """
 
     start: int
@@ -90,8 +116,8 @@ class BatchRows:
 def sample_with_uniforms(log_probs: Tensor, uniforms: Tensor) -> Tensor:
     """Inverse-CDF sampling with given uniforms; an action of probability 0 is never drawn.
 
-    The CDF is accumulated in the uniforms' dtype (float64 for decoding, the model's dtype in
-    training), so the caller chooses the precision.
+    The CDF is accumulated in the uniforms' dtype (float64 from ``step_uniforms``), so the
+    draw does not depend on the model's dtype beyond its probabilities.
 
     Args:
         log_probs: ``[B, K, N]``; uniforms: ``[B, K]`` in [0, 1).
@@ -104,61 +130,8 @@ def sample_with_uniforms(log_probs: Tensor, uniforms: Tensor) -> Tensor:
     return (cdf <= threshold).sum(-1).clamp_max(log_probs.shape[-1] - 1)
 
 
-def draw_uniforms(
-    generator: torch.Generator | None,
-    batch: int,
-    num_rollouts: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-    rows: BatchRows | None = None,
-) -> Tensor:
-    """``[B, K]`` uniforms from ``generator``: one per rollout of the batch.
-
-    With ``rows`` the uniforms are drawn for ``[rows.total, K]`` and sliced, consuming
-    ``generator`` as the whole batch would.
-    """
-    shape = (batch if rows is None else rows.total, num_rollouts, 1)
-    uniforms = torch.rand(shape, generator=generator, device=device, dtype=dtype)
-    if rows is not None:
-        uniforms = uniforms[rows.index]
-    return uniforms.squeeze(-1)
-
-
-def sample_from_log_probs(
-    log_probs: Tensor, generator: torch.Generator | None, rows: BatchRows | None = None
-) -> Tensor:
-    """One inverse-CDF draw per rollout with uniforms from ``generator``.
-
-    Args:
-        log_probs: ``[B, K, N]``.
-        rows: the B instances are these rows of a larger batch (see ``draw_uniforms``).
-
-    Returns:
-        ``[B, K]`` long.
-    """
-    b, k, _ = log_probs.shape
-    uniforms = draw_uniforms(generator, b, k, log_probs.dtype, log_probs.device, rows)
-    return sample_with_uniforms(log_probs, uniforms)
-
-
 def _at(values: Tensor, positions: Tensor | None) -> Tensor:
     return values if positions is None else values.gather(1, positions)
-
-
-def generator_sampler(
-    generator: torch.Generator | None, num_rollouts: int, rows: BatchRows | None = None
-) -> Pick:
-    """The training choice rule: inverse-CDF sampling with one generator stream, which draws
-    ``[B, num_rollouts]`` uniforms per decision whichever rollouts are decided."""
-
-    def pick(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
-        b = log_probs.shape[0]
-        uniforms = draw_uniforms(
-            generator, b, num_rollouts, log_probs.dtype, log_probs.device, rows
-        )
-        return sample_with_uniforms(log_probs, _at(uniforms, positions))
-
-    return pick
 
 
 def greedy(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
@@ -190,6 +163,16 @@ def rollout_keys(row_seeds: Tensor, first_rollout: int, num_rollouts: int) -> Te
     return splitmix64(splitmix64(row_seeds).unsqueeze(1) ^ splitmix64(index * _MIX_1))
 
 
+def row_seeds(seed: int, count: int, device: torch.device | str = "cpu") -> Tensor:
+    """``[count]`` int64 seeds of rows ``0 .. count - 1`` of a batch drawn under ``seed``.
+
+    Computed on ``device`` (no host-device copy); a data-parallel worker takes the whole
+    batch's seeds and slices its rows (``BatchRows.index``).
+    """
+    index = torch.arange(count, device=device)
+    return splitmix64(splitmix64(index) ^ int(seed))
+
+
 def step_uniforms(keys: Tensor, step: int) -> Tensor:
     """``[R, K]`` float64 uniforms in [0, 1), a pure function of (key, step)."""
     mixed = splitmix64(keys ^ splitmix64(torch.full_like(keys, step)))
@@ -197,7 +180,7 @@ def step_uniforms(keys: Tensor, step: int) -> Tensor:
 
 
 def keyed_sampler(keys: Tensor) -> Pick:
-    """The decoding choice rule: float64 inverse-CDF sampling keyed by rollout and step.
+    """The sampling choice rule: float64 inverse-CDF sampling keyed by rollout and step.
 
     Args:
         keys: ``[R, K]`` from ``rollout_keys``.
@@ -212,12 +195,11 @@ def keyed_sampler(keys: Tensor) -> Pick:
 __all__ = [
     "BatchRows",
     "Pick",
-    "draw_uniforms",
-    "generator_sampler",
     "greedy",
+    "keyed_permutation",
     "keyed_sampler",
     "rollout_keys",
-    "sample_from_log_probs",
+    "row_seeds",
     "sample_with_uniforms",
     "sample_z",
     "splitmix64",

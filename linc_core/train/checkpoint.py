@@ -191,6 +191,10 @@ def load_checkpoint(
     # Checkpoints written before the field took the project's British spelling.
     if "normalize_advantage" in train:
         train["normalise_advantage"] = train.pop("normalize_advantage")
+    # Checkpoints written before ``precision``: ``amp`` meant fp16 on CUDA, fp32 elsewhere.
+    if "amp" in train:
+        on_cuda = str(train.get("device", "cpu")).startswith("cuda")
+        train["precision"] = "fp16" if train.pop("amp") and on_cuda else "fp32"
     payload["model_config"] = build(ModelConfig, payload["model_config"], f"{path}: model_config")
     payload["train_config"] = build(TrainConfig, train, f"{path}: train_config")
     return payload

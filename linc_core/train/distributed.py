@@ -11,9 +11,10 @@ Every batch-wide quantity is made global with one all-reduce:
   all-reduce of count, sum and sum of squares, in float64);
 - reported costs and loss are global sums divided by global counts.
 
-Random streams: z and the sampling noise are drawn for the whole batch from the step's
-generator (seeded identically on every rank) and sliced to the rank's rows, so the rollouts of
-global instance b are the same for any number of workers (``linc_core.model.policy.BatchRows``).
+Random draws: z and the sampling noise are keyed by the step's seed (the same on every rank)
+and the global row (``linc_core.model.sampling.row_seeds`` of the whole batch, sliced to the
+rank's ``BatchRows``), so the rollouts of global instance b are the same for any number of
+workers.
 
 ``torch.nn.parallel.DistributedDataParallel`` is not used: it hooks ``forward``, while a
 rollout calls the policy's pieces many times per step, and it averages gradients per rank, which

@@ -4,9 +4,11 @@
     result = fit(policy, train_config, GeneratedData(...), validation=instances,
                  checkpoint_dir="runs/x", callbacks=[PrintProgress()])
 
-Every random draw of step ``s`` comes from a generator seeded with ``(seed, "rollout", s)`` and
-every batch from ``(seed, epoch, batch)``, so a run resumed from a checkpoint is bit-identical to
-an uninterrupted one on CPU.
+Every random draw of step ``s`` derives from the seed ``(seed, "rollout", s)`` (keyed draws,
+the same on every device) and every batch from ``(seed, epoch, batch)``, so a run resumed from a
+checkpoint is bit-identical to an uninterrupted one on CPU. ``config.precision`` is resolved
+once for the device (``linc_core.train.precision``; ``auto``: bf16 on CUDA, fp32 on CPU) and
+reported as ``FitResult.precision``.
 
 Data-parallel (``world`` of size N > 1, ``linc_core.train.distributed``): every rank builds the
 same whole batch and the same step generator, rolls out its B / N rows and sums gradients, so
@@ -43,7 +45,7 @@ from linc_core.model.reference_format import (
     load_reference_state_dict,
     reference_initial_state_dict,
 )
-from linc_core.seeding import derive_seed, torch_generator
+from linc_core.seeding import derive_seed
 from linc_core.train.advantage import training_progress
 from linc_core.train.checkpoint import (
     CHECKPOINT_NAME,
@@ -53,6 +55,7 @@ from linc_core.train.checkpoint import (
 )
 from linc_core.train.data import TrainingData
 from linc_core.train.distributed import SINGLE, World, agree_any, broadcast_module_
+from linc_core.train.precision import resolve_precision
 from linc_core.train.step import StepMetrics, train_step
 
 logger = logging.getLogger(__name__)
@@ -105,6 +108,7 @@ class FitResult:
     last_checkpoint: Path | None = None
     stopped_early: bool = False
     stopped_by_request: bool = False
+    precision: str = "fp32"  # the effective precision (``auto`` resolved for the device)
 
 
 def validation_decoding(config: TrainConfig) -> DecodeConfig:
@@ -164,9 +168,9 @@ def fit(
     optimizer = torch.optim.Adam(
         policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
-    use_amp = config.amp and device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda") if use_amp else None
-    result = FitResult(policy=policy)
+    precision = resolve_precision(config.precision, device)
+    scaler = precision.grad_scaler()
+    result = FitResult(policy=policy, precision=precision.name)
     start_epoch, partial = 0, None
     if resume_from is not None:
         payload = load_checkpoint(resume_from, map_location=device)
@@ -197,9 +201,6 @@ def fit(
         for index in range(first_batch, data.batches_per_epoch):
             instance = data.batch(epoch, index).to(device)
             progress = training_progress(result.global_step, total_batches)
-            generator = torch_generator(
-                derive_seed(config.seed, "rollout", result.global_step), device
-            )
             morph = None
             if morph_from is not None and config.morph_epochs > 0:
                 morph = (morph_from, min(1.0, epoch / config.morph_epochs))
@@ -209,7 +210,8 @@ def fit(
                 instance,
                 config,
                 progress,
-                generator,
+                derive_seed(config.seed, "rollout", result.global_step),
+                precision=precision,
                 scaler=scaler,
                 morph=morph,
                 world=world,

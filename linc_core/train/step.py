@@ -6,14 +6,13 @@ all B x K entries, including rollouts the best-only mask zeroes.
 Data-parallel (``world.size > 1``, see ``linc_core.train.distributed``): every rank receives the
 whole batch, rolls out its contiguous rows, divides its loss sum by the global ``B x K`` and sums
 gradients over ranks, so the update equals the single-process update on the whole batch up to
-float rounding. z and sampling noise are drawn for the whole batch and sliced.
+float rounding. The step's random draws are keyed by ``(seed, global row)``
+(``linc_core.model.sampling``): a rank computes the whole batch's row seeds and slices its own,
+and the same seed gives the same rollouts on CPU and CUDA.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,8 +22,9 @@ from linc_core.config import TrainConfig
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
 from linc_core.model.replay import backward_replay
-from linc_core.model.sampling import BatchRows, sample_z
+from linc_core.model.sampling import BatchRows, row_seeds, sample_z
 from linc_core.problems.rollout import pomo_starts
+from linc_core.seeding import derive_seed
 from linc_core.train.advantage import (
     NORMALISE_EPS,
     best_only_mask,
@@ -41,6 +41,7 @@ from linc_core.train.distributed import (
     batch_rows,
     global_std,
 )
+from linc_core.train.precision import FP32, MixedPrecision
 
 
 @dataclass(frozen=True)
@@ -56,27 +57,44 @@ class StepMetrics:
     steps: int
 
 
-def rollout_conditioning(
+@dataclass(frozen=True)
+class RolloutDraws:
+    """What a training step's rollouts are conditioned on and sample with.
+
+    Attributes:
+        z: ``[B, K, z_dim]`` float, or None (a model without z).
+        starts: ``[B, K]`` POMO first moves, or None.
+        sample_seeds: ``[B]`` int64 row seeds of the action draws.
+    """
+
+    z: Tensor | None
+    starts: Tensor | None
+    sample_seeds: Tensor
+
+
+def rollout_draws(
     policy: LincPolicy,
     instance: Instance,
     num_rollouts: int,
     multi_start: bool,
-    generator: torch.Generator,
+    seed: int,
     rows: BatchRows | None = None,
-) -> tuple[Tensor | None, Tensor | None]:
-    """(z ``[B, K, z_dim]`` or None, starts ``[B, K]`` or None) for a training rollout.
+) -> RolloutDraws:
+    """The z-vectors, starts and sampling seeds of a training rollout drawn under ``seed``.
 
-    With ``rows`` (``instance`` is those rows of a larger batch), z is drawn for the whole batch
-    and sliced, so every instance gets the z it would get in the whole batch.
+    Every draw is keyed by the global row: with ``rows`` (``instance`` is those rows of a
+    larger batch) an instance gets what it would get in the whole batch.
     """
+    total = instance.batch_size if rows is None else rows.total
+    index = slice(None) if rows is None else rows.index
+    device = instance.device
     z = None
     if policy.config.z_dim > 0:
-        total = instance.batch_size if rows is None else rows.total
-        z = sample_z(total, num_rollouts, policy.config.z_dim, generator, instance.device)
-        if rows is not None:
-            z = z[rows.index]
+        z_seeds = row_seeds(derive_seed(seed, "z"), total, device)[index]
+        z = sample_z(z_seeds, num_rollouts, policy.config.z_dim)
     starts = pomo_starts(instance, num_rollouts) if multi_start else None
-    return z, starts
+    sample_seeds = row_seeds(derive_seed(seed, "sample"), total, device)[index]
+    return RolloutDraws(z, starts, sample_seeds)
 
 
 def uses_best_only(config: TrainConfig, progress: float) -> bool:
@@ -112,8 +130,9 @@ def train_step(
     instance: Instance,
     config: TrainConfig,
     progress: float,
-    generator: torch.Generator,
+    seed: int,
     *,
+    precision: MixedPrecision = FP32,
     scaler: torch.amp.GradScaler | None = None,
     morph: tuple[LincPolicy, float] | None = None,
     world: World = SINGLE,
@@ -122,7 +141,10 @@ def train_step(
 
     Args:
         instance: the whole batch of B instances (on every rank when data-parallel).
-        generator: the step's random stream; data-parallel ranks must seed it identically.
+        seed: every random draw of the step derives from it (``rollout_draws``);
+            data-parallel ranks pass the same seed.
+        precision: the autocast of the forward passes (``linc_core.train.precision``).
+        scaler: the run's ``GradScaler`` when ``precision`` needs one (fp16).
         world: data-parallel workers (``linc_core.train.distributed``). With ``size > 1`` this
             rank rolls out rows ``[rank B / size, (rank + 1) B / size)`` (B must be divisible by
             size), gradients are summed over ranks, and the returned metrics are global, equal
@@ -133,26 +155,24 @@ def train_step(
     rows = batch_rows(instance.batch_size, world) if world.distributed else None
     if rows is not None:
         instance = instance.select(rows.index)
-    z, starts = rollout_conditioning(policy, instance, k, config.multi_start, generator, rows)
-    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    if scaler is not None:
-        autocast = functools.partial(torch.autocast, device_type="cuda", dtype=torch.float16)
+    if precision.needs_scaler and scaler is None:
+        raise ValueError(f"train_step: precision {precision.name} needs a GradScaler")
+    draws = rollout_draws(policy, instance, k, config.multi_start, seed, rows)
     # Every credit mode trains the same way: sample the K rollouts without autograd, then
     # recompute with gradients only the decisions that carry weight, chunk by chunk
     # (``backward_replay``): the loss and gradient of weighting the rollouts' log-likelihood
     # under autograd, in memory bounded by ``config.replay_chunk`` rollouts per instance.
-    with autocast():
+    with precision.autocast():
         encoded = policy.encode(instance)
         with torch.no_grad():
             result = policy.rollout(
                 instance,
                 k,
-                z=z,
-                starts=starts,
+                z=draws.z,
+                starts=draws.starts,
                 decoding="sample",
-                generator=generator,
+                sample_seeds=draws.sample_seeds,
                 morph=morph,
-                rows=rows,
                 encoded=encoded,
                 keep_trajectory=True,
             )
@@ -172,7 +192,7 @@ def train_step(
         loss_scale=loss_scale,
         chunk_rollouts=config.replay_chunk,
         backward=Tensor.backward if scaler is None else lambda x: scaler.scale(x).backward(),
-        autocast=autocast,
+        autocast=precision.autocast,
     )
     del trajectory, encoded
     loss = weighted_sum.float() * loss_scale
