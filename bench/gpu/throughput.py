@@ -1,0 +1,199 @@
+"""GPU throughput: training samples/s, the paper's decode budget, peak memory, epoch time.
+
+Every model here is the reference size (``ModelConfig`` defaults: d=128, 6 layers); weights
+are seeded, not trained (speed and memory do not depend on them).
+
+- training samples/s (instances x rollouts per second) at n=100, B=128, K=128 (the paper's
+  main training batch), full_linc and our baseline, in the default precision (``auto``: bf16)
+  and fp32; median of the timed steps after two warm-up steps;
+- decoding: ``decode(method="sampling", num_z=800, augment=8)`` of the 56 Solomon-100
+  instances against the paper's 6 s, at two chunk sizes;
+- peak GPU memory of the same decode of one 200-customer instance (the envelope generator's:
+  Homberger-200 files are not shipped);
+- the epoch time of the paper's training settings (n=100, 6400 instances, B=128, K=128): one
+  ``fit`` epoch, data generation included;
+- ``torch.compile`` of the decoding step (the chooser's scoring and the environment's step)
+  against eager, on 8 Solomon instances at z=800 x8.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from bench.gpu.rows import (
+    FAIL,
+    INFO,
+    PASS,
+    CheckContext,
+    Row,
+    not_run,
+    peak_memory,
+    relative_difference,
+    seeded_policy,
+    solomon,
+    timed,
+    variant_setup,
+)
+from linc_core.decode import DecodeConfig, decode
+from linc_core.model.decisions import PolicyChooser
+from linc_core.problems.cvrptw import CVRPTWEnv
+from linc_core.train import GeneratedData, fit, train_step
+from linc_core.train.data import generate
+from linc_core.train.precision import resolve_precision
+
+SECTION = "throughput"
+PAPER_DECODE_SECONDS = 6.0  # Solomon-100, z=800 x8, 56 instances (the paper's GPU)
+BATCH, ROLLOUTS, CUSTOMERS = 128, 128, 100
+
+
+def _train_rate(variant: str, precision_name: str, ctx: CheckContext, steps: int) -> Row:
+    model, train = variant_setup(variant, small=False, num_rollouts=ROLLOUTS, batch_size=BATCH)
+    policy = seeded_policy(model).to(ctx.device)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=train.learning_rate)
+    precision = resolve_precision(precision_name, ctx.device)
+    scaler = precision.grad_scaler()
+    batches = [generate("cvrptw", BATCH, CUSTOMERS, seed=s).to(ctx.device) for s in range(steps)]
+    seconds, decisions = [], []
+    with peak_memory(ctx.device) as peak:
+        for step, instance in enumerate(batches):
+            took, metrics = timed(
+                ctx.device,
+                lambda instance=instance, step=step: train_step(
+                    policy, optimizer, instance, train, 0.5, step,
+                    precision=precision, scaler=scaler,
+                ),
+            )  # fmt: skip
+            seconds.append(took)
+            decisions.append(metrics.steps)
+    timed_steps = seconds[2:] or seconds
+    rate = BATCH * ROLLOUTS / statistics.median(timed_steps)
+    return Row(
+        SECTION,
+        f"train {variant} {precision.name} n={CUSTOMERS} B={BATCH} K={ROLLOUTS}",
+        rate,
+        "samples/s",
+        INFO,
+        f"{statistics.median(timed_steps) * 1e3:.0f} ms/step over {len(timed_steps)} steps "
+        f"(~{statistics.median(decisions):.0f} decoding steps each), peak "
+        f"{peak['gib']:.1f} GiB",
+        {"ms_per_step": statistics.median(timed_steps) * 1e3, "peak_gib": peak["gib"]},
+    )
+
+
+def _decode_rows(ctx: CheckContext) -> list[Row]:
+    model, _ = variant_setup("full_linc", small=False)
+    policy = seeded_policy(model).to(ctx.device)
+    instances = solomon()
+    decode(policy, instances.select([0]), DecodeConfig(num_z=16))  # warm-up
+    rows = []
+    for chunk in (16384, 65536):
+        config = DecodeConfig(method="sampling", num_z=800, augment=8, max_rollouts_per_chunk=chunk)
+        with peak_memory(ctx.device) as peak:
+            seconds, result = timed(
+                ctx.device, lambda config=config: decode(policy, instances, config)
+            )
+        rows.append(
+            Row(
+                SECTION,
+                f"decode sampling z=800 x8, 56 Solomon-100, chunk {chunk}",
+                seconds,
+                "s",
+                INFO,
+                f"paper 6 s: {seconds / PAPER_DECODE_SECONDS:.2f}x its time; "
+                f"{result.rollouts_per_second:,.0f} rollouts/s; peak {peak['gib']:.1f} GiB",
+                {"peak_gib": peak["gib"], "rollouts_per_second": result.rollouts_per_second},
+            )
+        )
+    big = generate("cvrptw", 1, 200, seed=0).to(ctx.device)
+    config = DecodeConfig(method="sampling", num_z=800, augment=8)
+    with peak_memory(ctx.device) as peak:
+        seconds, _ = timed(ctx.device, lambda: decode(policy, big, config))
+    rows.append(
+        Row(
+            SECTION,
+            "decode z=800 x8, one 200-customer instance: peak GPU memory",
+            peak["gib"],
+            "GiB",
+            INFO,
+            f"{seconds:.1f} s; chunk {config.max_rollouts_per_chunk} rollouts",
+        )
+    )
+    return rows
+
+
+def _epoch_row(ctx: CheckContext) -> Row:
+    model, train = variant_setup(
+        "full_linc", small=False, num_rollouts=ROLLOUTS, batch_size=BATCH,
+        instances_per_epoch=6400, epochs=1, validation_size=0, device=str(ctx.device),
+    )  # fmt: skip
+    data = GeneratedData("cvrptw", CUSTOMERS, BATCH, 6400, seed=1)
+    result = fit(seeded_policy(model), train, data)
+    seconds = result.history[0]["seconds"]
+    return Row(
+        SECTION,
+        "epoch, paper's training settings (n=100, 6400 inst, B=128, K=128)",
+        seconds,
+        "s",
+        INFO,
+        f"{result.precision}; 50 steps and their data; 12000 epochs would take "
+        f"{seconds * 12000 / 86400:.1f} days on this GPU",
+    )
+
+
+def _compile_row(ctx: CheckContext) -> Row:
+    """Eager against ``torch.compile`` of the decoding step (scoring and environment step)."""
+    model, _ = variant_setup("full_linc", small=False)
+    policy = seeded_policy(model).to(ctx.device)
+    instances = solomon(("C101", "C201", "R101", "R201", "RC101", "RC201", "R102", "C102"))
+    config = DecodeConfig(method="sampling", num_z=800, augment=8)
+    eager_seconds, eager = timed(ctx.device, lambda: decode(policy, instances, config))
+    originals = (PolicyChooser.evaluate, CVRPTWEnv.step)
+    try:
+        PolicyChooser.evaluate = torch.compile(originals[0], dynamic=False)
+        CVRPTWEnv.step = torch.compile(originals[1], dynamic=False)
+        began = time.perf_counter()
+        decode(policy, instances, config)  # compiles (each chunk shape once)
+        compile_seconds = time.perf_counter() - began
+        seconds, compiled = timed(ctx.device, lambda: decode(policy, instances, config))
+    except Exception as err:  # noqa: BLE001 - a compiler failure is a finding, not a crash
+        return Row(SECTION, "torch.compile decode step", status=FAIL, detail=repr(err)[:300])
+    finally:
+        PolicyChooser.evaluate, CVRPTWEnv.step = originals
+    same = relative_difference(compiled.cost, eager.cost)
+    return Row(
+        SECTION,
+        "torch.compile decode step vs eager (8 Solomon-100, z=800 x8)",
+        eager_seconds / seconds,
+        "x eager",
+        PASS if same <= 1e-3 else INFO,
+        f"eager {eager_seconds:.2f} s, compiled {seconds:.2f} s (first call with compilation "
+        f"{compile_seconds:.0f} s); best-cost rel difference {same:.1e}",
+    )
+
+
+def run(ctx: CheckContext, compile_step: bool = True) -> list[Row]:
+    if not ctx.has_cuda:
+        return [
+            not_run(SECTION, f"train samples/s n={CUSTOMERS} (full_linc, baseline)"),
+            not_run(SECTION, "decode sampling z=800 x8, 56 Solomon-100"),
+            not_run(SECTION, "decode z=800 x8, one 200-customer instance: peak GPU memory"),
+            not_run(SECTION, "epoch, paper's training settings"),
+        ] + ([not_run(SECTION, "torch.compile decode step vs eager")] if compile_step else [])
+    steps = 4 if ctx.quick else 7
+    rows = [
+        _train_rate(variant, precision, ctx, steps)
+        for variant in ("full_linc", "baseline")
+        for precision in ("auto", "fp32")
+    ]
+    rows.extend(_decode_rows(ctx))
+    if not ctx.quick:
+        rows.append(_epoch_row(ctx))
+    if compile_step:
+        rows.append(_compile_row(ctx))
+    return rows
+
+
+__all__ = ["run"]
