@@ -20,7 +20,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import torch  # noqa: E402
 
-from linc_core.runtime import tune_cpu_allocator  # noqa: E402
+from linc_core.utils.runtime import tune_cpu_allocator  # noqa: E402
 
 
 def run_env(quick: bool) -> list[dict]:

@@ -28,8 +28,8 @@ TARGET_READ_MB_PER_SECOND = 50.0
 def _pool_throughput(workers: int, shards: int, shard_size: int, folder: Path) -> float:
     import ray
 
-    from orchestration.datagen import ShardWorker
-    from orchestration.datagen_config import DatagenConfig
+    from orchestration.data.definition import DatagenConfig
+    from orchestration.data.generation import ShardWorker
 
     config = DatagenConfig(
         task="cvrptw",
@@ -57,7 +57,8 @@ def _pool_throughput(workers: int, shards: int, shard_size: int, folder: Path) -
 
 
 def _parquet_speed(shard_size: int, repeats: int, folder: Path) -> tuple[float, float]:
-    from linc_core.dataset import instance_to_table, parquet_bytes, read_shard
+    from linc_core.instances.datasets import read_shard
+    from linc_core.instances.parquet import instance_to_table, parquet_bytes
     from linc_core.problems.generators import generate_cvrptw_envelope
 
     instance = generate_cvrptw_envelope(shard_size, 100, seed=0)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from linc_core.benchmarks import data_dir
 from linc_core.config import ModelConfig
 from linc_core.decode import DecodeConfig, decode
 from linc_core.instances import Instance, read_solomon
+from linc_core.instances.benchmarks import data_dir
 from linc_core.model import LincPolicy
-from linc_core.runtime import peak_rss_gb
+from linc_core.utils.runtime import peak_rss_gb
 
 PAPER_ROLLOUTS_PER_SECOND = 56 * 800 * 8 / 6.0
 PAPER_SGBS_SECONDS = 24.0 / 56

@@ -87,7 +87,7 @@ def bench_env(
 
 
 if __name__ == "__main__":
-    from linc_core.runtime import tune_cpu_allocator
+    from linc_core.utils.runtime import tune_cpu_allocator
 
     tune_cpu_allocator()
     print(bench_env())

@@ -6,9 +6,10 @@ CVRPTW on the Solomon-50 set (n = 50, B = 56, K = 128, one thread), the epoch ta
 0, where every rollout carries credit (dense: the step that used to keep the autograd graph of
 all K x T decisions; 7.2 GB for full_linc and 24.3 GB for naive_mlp before the chunked replay).
 Each preset runs in a fresh child process, so its peak resident set size (``VmHWM``, through
-``linc_core.runtime.peak_rss_gb``: ``ru_maxrss`` would carry the bench process's own size across
-the ``exec``) is its own; the allocator is tuned as ``linc-train`` tunes it. Target: at most
-2.5 GB each. The row also reports the epoch's samples/s (instances x rollouts per second).
+``linc_core.utils.runtime.peak_rss_gb``: ``ru_maxrss`` would carry the bench process's own
+size across the ``exec``) is its own; the allocator is tuned as ``linc-train`` tunes it.
+Target: at most 2.5 GB each. The row also reports the epoch's samples/s (instances x
+rollouts per second).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ def _child(preset: str) -> None:
 
     import torch
 
-    from linc_core.plan import DataSource, resolve_run, training_data
-    from linc_core.runtime import peak_rss_gb, tune_cpu_allocator
+    from linc_core.runs.plan import DataSource, resolve_run, training_data
     from linc_core.train.loop import initial_policy
     from linc_core.train.step import train_step
+    from linc_core.utils.runtime import peak_rss_gb, tune_cpu_allocator
 
     tune_cpu_allocator()
     torch.set_num_threads(1)

@@ -63,7 +63,7 @@ def _direct_seconds(config, folder: Path) -> float:
     """The config's run with ``fit`` directly: the trainable's data -> policy -> fit line."""
     import torch
 
-    from linc_core.plan import data_id, training_data, validation_set
+    from linc_core.runs.plan import data_id, training_data, validation_set
     from linc_core.train.loop import fit, initial_policy
 
     plan = config.run
@@ -86,10 +86,10 @@ def _direct_seconds(config, folder: Path) -> float:
 def bench_platform(quick: bool = False) -> list[dict]:
     import statistics
 
-    from orchestration.experiments import run_training
-    from orchestration.plan import TrialPlan
+    from orchestration.experiment.runner import run_training
     from orchestration.ray_session import init_ray
-    from orchestration.tracking import ensure_experiment
+    from orchestration.tracking.store import ensure_experiment
+    from orchestration.trial.plan import TrialPlan
 
     target_seconds = 15.0 if quick else TRIAL_SECONDS
     repeats = 1 if quick else 3
@@ -168,8 +168,8 @@ def _sweep_of_identical_trials(config, name: str, trials: int) -> None:
     """``trials`` copies of the config's trial as one Tune experiment, one at a time."""
     from ray import tune
 
-    from orchestration.config import PlatformConfig
-    from orchestration.experiments import run_experiment
+    from orchestration.config.platform import PlatformConfig
+    from orchestration.experiment.runner import run_experiment
 
     sequential = PlatformConfig.from_mapping(
         config.with_values(**{"cluster.max_concurrent_trials": 1})

@@ -25,7 +25,7 @@ import torch
 from linc_core.config import ModelConfig
 from linc_core.model import LincPolicy
 from linc_core.model.decoder import CONTEXT_SCALARS
-from linc_core.plan import DataSource, RunPlan, resolve_run
+from linc_core.runs.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
 

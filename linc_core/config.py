@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from linc_core.problems.protocol import CONSEQUENCE_FEATURES, RELATIVE_FEATURES
-from linc_core.typed import check_fields, require
+from linc_core.utils.typed import check_fields, require
 
 ProblemName = Literal["cvrptw", "cvrp", "tsp"]
 

@@ -3,7 +3,7 @@
 A preset (``PRESETS``) is nothing but a set of field overrides applied to the problem's default
 ``ModelConfig`` and to ``TrainConfig``; model and training code read fields, never preset names.
 ``ABLATION_VARIANTS`` is the paper's ablation table, the one list every sweep and test refers to
-(by name ``paper`` in the sweeps' YAML, see :mod:`linc_core.protocols`).
+(by name ``paper`` in the sweeps' YAML, see :mod:`linc_core.runs.protocols`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linc_core.config import CONSEQUENCE_FEATURES, ModelConfig, ProblemName, TrainConfig
-from linc_core.typed import ConfigError, build, check_keys, did_you_mean
+from linc_core.utils.typed import ConfigError, build, check_keys, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ ABLATION_VARIANTS: tuple[str, ...] = (
 
 
 def preset_named(name: str) -> Preset:
-    """``PRESETS[name]``; an unknown name is a :class:`~linc_core.typed.ConfigError`."""
+    """``PRESETS[name]``; an unknown name is a :class:`~linc_core.utils.typed.ConfigError`."""
     if name not in PRESETS:
         hint = did_you_mean(str(name), PRESETS)
         raise ConfigError(f"model.variant: expected one of {sorted(PRESETS)}, got {name!r}{hint}")

@@ -1,2 +1,16 @@
-"""Ray, S3 and MLflow runtime for linc: data set generation, Tune trials on the resolved trial
-plan, data-parallel training, sweeps, tracking."""
+"""Ray, S3 and MLflow runtime for linc, one room per concern:
+
+- ``config``: the typed platform config (its sections, and ``PlatformConfig``);
+- ``data``: generated data sets (definition, Ray actors writing Parquet, local/S3 storage);
+- ``trial``: what runs inside one Tune trial (plan, trainable, data-parallel training, final
+  evaluation, checkpoints, preemption, resources);
+- ``tracking``: the one way to MLflow (store, params and metrics, run writer, the tracking
+  target handed down to trials, a sweep's runs);
+- ``experiment``: the driver (the runner of Tune experiments, ablation, search, stopping,
+  schedulers, pre-flight, memory kills, console);
+- ``report``: statistics, the ablation report, tables and figures from MLflow;
+- ``ray_session``: the one way linc gets a Ray.
+
+A trial's data walks one way: the driver resolves the sweep's config and its tracking target
+once and hands both down; each trial resolves its own plan once on its worker.
+"""

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweeps.compose import print_mlflow_ui, run_cli
+from sweeps.cli import print_mlflow_ui, run_cli
 
 
 def ablation(config) -> int:
-    from orchestration.experiments import run_ablation
+    from orchestration.experiment.ablation import run_ablation
 
     result = run_ablation(config)
     print(f"\n{result.table}")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from linc_core.typed import ConfigError
+from linc_core.utils.typed import ConfigError
 from sweeps.compose import CONFIG_TREES, compose_tree, config_groups, sweep_pointer
 
 WIDTH = 100

@@ -15,18 +15,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sweeps.compose import print_mlflow_ui, run_cli
+from sweeps.cli import print_mlflow_ui, run_cli
 
 DEMO_DATA = {"count": 2048, "shard_size": 256, "split": "train", "seed": 20261122}
 
 
 def demo(config) -> int:
-    from linc_core.typed import build
-    from orchestration.config import PlatformConfig
-    from orchestration.console import init_sweep_ray
-    from orchestration.datagen import generate_dataset
-    from orchestration.datagen_config import DatagenConfig
-    from orchestration.experiments import run_ablation
+    from linc_core.utils.typed import build
+    from orchestration.config.platform import PlatformConfig
+    from orchestration.data.definition import DatagenConfig
+    from orchestration.data.generation import generate_dataset
+    from orchestration.experiment.ablation import run_ablation
+    from orchestration.experiment.console import init_sweep_ray
 
     started = time.perf_counter()
     task = config.run.data

@@ -5,7 +5,7 @@
 
 The config is composed from ``sweeps/conf/generate/generate.yaml`` plus the command-line overrides
 (``sweeps.compose``: no working-directory change, no output folder), then built into a typed
-:class:`~orchestration.datagen_config.DatagenConfig`; a bad key or value exits 2 with one line.
+:class:`~orchestration.data.definition.DatagenConfig`; a bad key or value exits 2 with one line.
 Without ``RAY_ADDRESS`` a local Ray is started on 127.0.0.1 with ``num_cpus`` from the config;
 under ``ray job submit`` (which sets ``RAY_ADDRESS``) the job joins the cluster.
 """
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from linc_core.typed import build
-from orchestration.datagen_config import DatagenConfig
-from sweeps.compose import compose_mapping, run_cli
+from linc_core.utils.typed import build
+from orchestration.data.definition import DatagenConfig
+from sweeps.cli import run_cli
+from sweeps.compose import compose_mapping
 
 
 def load_config(overrides: Sequence[str] = ()) -> DatagenConfig:
@@ -27,7 +28,7 @@ def load_config(overrides: Sequence[str] = ()) -> DatagenConfig:
 def generate(config: DatagenConfig) -> int:
     import ray
 
-    from orchestration.datagen import generate_dataset
+    from orchestration.data.generation import generate_dataset
     from orchestration.ray_session import init_ray
 
     init_ray(num_cpus=config.ray_cpus)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from sweeps.compose import print_mlflow_ui, run_cli
+from sweeps.cli import print_mlflow_ui, run_cli
 
 
 def hpo(config) -> int:
-    from orchestration.experiments import run_search
+    from orchestration.experiment.search import run_search
 
     result, best = run_search(config)
     print(f"\n{result.table}")

@@ -10,14 +10,14 @@ only; Ray is not imported).
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
 ``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it), then the statistics
 table: intervals over seeds, the gap paired by seed and instance with its bootstrap interval, and
-whether its sign is resolved (``orchestration.ablation_report``). ``benchmark``: per evaluation
+whether its sign is resolved (``orchestration.report.ablation``). ``benchmark``: per evaluation
 set and variant, the mean cost and the count of infeasible solutions. ``budget``: per run,
 epochs, wall time and parameter count. ``--out DIR`` writes the table as ``DIR/TABLE.md``; for
 ``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
-``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.figures``);
+``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.report.figures``);
 ``--reference-curves FILE`` compares a seed's training curves with published ones.
 The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
-(``orchestration.tracking.resolve_tracking_uri``, as the sweeps pick it).
+(``orchestration.tracking.store.resolve_tracking_uri``, as the sweeps pick it).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from linc_core.atomic import write_atomic
+from linc_core.utils.atomic import write_atomic
 
 DEFAULT_STORE = "runs/mlflow.db"
 
 
 def benchmark_table(rows: Sequence[dict[str, Any]]) -> str:
-    from orchestration.tables import aggregate_rows
+    from orchestration.report.tables import aggregate_rows
 
     lines = ["| Set | Variant | Obj. | Infeasible | Runs |", "|---|---|---:|---:|---:|"]
     for eval_set in sorted({r["eval_set"] for r in rows if r["eval_set"]}):
@@ -85,9 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from mlflow.tracking import MlflowClient
 
-    from orchestration.ablation_report import finished_trial_runs, run_rows
-    from orchestration.tables import ablation_table
-    from orchestration.tracking import resolve_tracking_uri
+    from orchestration.report.ablation import finished_trial_runs, run_rows
+    from orchestration.report.tables import ablation_table
+    from orchestration.tracking.store import resolve_tracking_uri
 
     tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if tracking_uri is None and not Path(DEFAULT_STORE).exists():
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
     files: dict[str, bytes] = {}
     if args.table == "ablation":
-        from orchestration.ablation_report import collect, report_files
+        from orchestration.report.ablation import collect, report_files
 
         table = ablation_table(rows, compare_to)
         data = collect(client, rows)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sweeps.compose import print_mlflow_ui, run_cli
+from sweeps.cli import print_mlflow_ui, run_cli
 
 
 def train(config) -> int:
-    from orchestration.experiments import run_training
+    from orchestration.experiment.runner import run_training
 
     result = run_training(config)
     row = result.rows[0]

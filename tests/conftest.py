@@ -14,6 +14,7 @@ every test whose claim does not depend on width (exact equalities, invariances, 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,8 @@ from typing import Any
 import pytest
 import torch
 
-from linc_core.benchmarks import data_dir as resolve_data_dir
 from linc_core.config import ModelConfig, TrainConfig
+from linc_core.instances.benchmarks import data_dir as resolve_data_dir
 from linc_core.model import LincPolicy
 from linc_core.presets import preset_configs
 from linc_core.train.checkpoint import build_payload, save_checkpoint
@@ -58,6 +59,18 @@ TINY_NETWORK: dict[str, int] = {
     "poly_hidden_dim": 32,
     "scorer_hidden_dim": 16,
 }
+
+
+@pytest.fixture(autouse=True)
+def _keep_mlflow_tracking_uri():
+    """``mlflow.set_tracking_uri`` writes ``$MLFLOW_TRACKING_URI``, which every later command
+    of the session would then take as its store: put it back after each test."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from linc_core.benchmarks import data_dir
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance, read_solomon, truncate_customers
+from linc_core.instances.benchmarks import data_dir
 from linc_core.model import LincPolicy
 from linc_core.presets import variant_configs
 

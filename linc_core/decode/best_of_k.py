@@ -37,7 +37,7 @@ from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys, sample
 from linc_core.problems import make_env
 from linc_core.problems.augment import augment_dihedral
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts
-from linc_core.seeding import derive_seed
+from linc_core.utils.seeding import derive_seed
 
 
 @dataclass(frozen=True)

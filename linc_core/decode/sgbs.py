@@ -25,8 +25,9 @@ from torch import Tensor
 
 from linc_core.decode.best_of_k import BestRollouts, Rows, rollout_capacity
 from linc_core.model.decisions import PolicyChooser
-from linc_core.model.policy import Encoded, LincPolicy
+from linc_core.model.policy import LincPolicy
 from linc_core.model.sampling import greedy
+from linc_core.model.types import Encoded
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState, RoutingEnv
 from linc_core.problems.rollout import complete_rollouts, pomo_starts, start_rollouts

@@ -9,7 +9,10 @@ Modules, one job each:
   ``evaluate_policy`` (the library entry point);
 - :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots,
   strict-JSON summaries, ``.sol`` solution files;
-- :mod:`~linc_core.evaluate.cli`: the ``linc-eval`` command.
+- :mod:`~linc_core.evaluate.pyvrp_solver`: PyVRP reference solutions, verified;
+- :mod:`~linc_core.evaluate.diagnostics`: the paper's mechanism diagnostics of a policy.
+
+The ``linc-eval`` command is :mod:`linc_core.commands.evaluate`.
 """
 
 from linc_core.evaluate.benchmark_sets import (
@@ -20,7 +23,6 @@ from linc_core.evaluate.benchmark_sets import (
     load_benchmark,
     solomon50,
 )
-from linc_core.evaluate.cli import build_parser, main
 from linc_core.evaluate.pyvrp_cache import (
     CACHE_DIR_ENV,
     PYVRP_CACHE_SCHEMA,
@@ -55,13 +57,11 @@ __all__ = [
     "BenchmarkSet",
     "EvalRow",
     "Evaluation",
-    "build_parser",
     "cache_dir",
     "error_rows",
     "evaluate_policy",
     "format_seconds",
     "load_benchmark",
-    "main",
     "markdown_table",
     "planned_rollouts",
     "plot_routes",

@@ -28,8 +28,14 @@ from pathlib import Path
 
 import torch
 
-from linc_core.benchmarks import data_dir, get_benchmark, list_instances, load_bks, read_bks_csv
 from linc_core.instances import Instance, InstanceError, read_solomon_folder, truncate_customers
+from linc_core.instances.benchmarks import (
+    data_dir,
+    get_benchmark,
+    list_instances,
+    load_bks,
+    read_bks_csv,
+)
 from linc_core.verify import convention_for
 
 SYNTHETIC = re.compile(r"^synthetic-(tsp|cvrp|cvrptw)-(\d+)$")

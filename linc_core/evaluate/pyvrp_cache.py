@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from linc_core.atomic import write_atomic
 from linc_core.instances import Instance
+from linc_core.utils.atomic import write_atomic
 
 CACHE_DIR_ENV = "LINC_CACHE_DIR"
 
@@ -53,7 +53,7 @@ def pyvrp_costs(
     (name, data fingerprint); missing instances are solved and the file is rewritten
     atomically. Infeasible or failed solves are left out of the result.
     """
-    from linc_core.pyvrp_solver import PyVRPError, solve_with_pyvrp
+    from linc_core.evaluate.pyvrp_solver import PyVRPError, solve_with_pyvrp
 
     folder = (cache or cache_dir()) / "pyvrp"
     path = folder / f"{convention}-{seconds:g}s-seed{seed}.parquet"

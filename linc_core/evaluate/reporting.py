@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from linc_core.evaluate.scoring import EvalRow
 from linc_core.instances import Instance
-from linc_core.plotting import new_figure, png_bytes
+from linc_core.utils.plotting import new_figure, png_bytes
 
 
 def rows_csv(rows: Sequence[EvalRow]) -> bytes:

@@ -1,7 +1,7 @@
 """A policy as the rollout engine's choice rule, and the record of the decisions it took.
 
 ``PolicyChooser`` is what ``linc_core.problems.rollout.complete_rollouts`` calls at every
-decision: it reads the state (``LincPolicy.step_inputs``), scores the candidates, turns the
+decision: it reads the state (``ScoringPolicy.step_inputs``), scores the candidates, turns the
 scores into log-probabilities and lets a choice rule (``linc_core.model.sampling``) pick the
 actions. Training, validation, sampling, multi-start and SGBS differ only in the choice rule and
 in what they keep (the log-likelihood, the trajectory for a later replay).
@@ -9,67 +9,13 @@ in what they keep (the log-likelihood, the trajectory for a later replay).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
 from linc_core.model.sampling import Pick
 from linc_core.model.scorer import prunes_rows
+from linc_core.model.types import Encoded, ScoringPolicy, StepInputs, Trajectory
 from linc_core.problems.protocol import RolloutState, RoutingEnv
-
-if TYPE_CHECKING:
-    from linc_core.model.policy import Encoded, LincPolicy
-
-
-@dataclass(frozen=True)
-class StepInputs:
-    """What the decoder and the scorer read from a decision state.
-
-    Attributes:
-        current: ``[B, K]`` node the vehicle stands on.
-        scalars: ``[B, K, S]`` load / time context inputs (S = 2, 1, 0 for CVRPTW, CVRP, TSP).
-        mask: ``[B, K, N]`` bool feasibility.
-        first: ``[B, K]`` start city (TSP) or None.
-        table: ``[B, K, N, F]`` consequence table (None when the scorer reads none).
-    """
-
-    current: Tensor
-    scalars: Tensor
-    mask: Tensor
-    first: Tensor | None
-    table: Tensor | None
-
-
-@dataclass
-class Trajectory:
-    """A rollout's decision steps, kept so that log-probabilities can be recomputed later.
-
-    The decision states are kept rather than the step inputs: a state holds a few ``[B, K, N]``
-    tensors where the consequence table alone is ``[B, K, N, F]``, and the replay recomputes
-    the inputs of the decisions it needs only (``linc_core.model.replay``).
-
-    Attributes:
-        env: the environment the rollouts were decoded in (it computes the step inputs).
-        time_scale: ``[B]`` the decoder's time scale (``LincPolicy.encode``).
-        states: per step t, the decision state the action was chosen in.
-        actions: per step t, ``[B, K]`` the chosen action.
-        morph_base_scores: per step t, ``[B, K, N]`` the frozen policy's scores u_0 that score
-            morphing starts from (None without morphing).
-        z: ``[B, K, z_dim]`` or None.
-        has_depot: node 0 is a depot.
-        morph_lambda: the morphing weight used while sampling (None without morphing).
-    """
-
-    env: RoutingEnv
-    time_scale: Tensor
-    states: list[RolloutState]
-    actions: list[Tensor]
-    morph_base_scores: list[Tensor] | None
-    z: Tensor | None
-    has_depot: bool
-    morph_lambda: float | None
 
 
 class PolicyChooser:
@@ -95,13 +41,13 @@ class PolicyChooser:
 
     def __init__(
         self,
-        policy: LincPolicy,
+        policy: ScoringPolicy,
         env: RoutingEnv,
         encoded: Encoded,
         z: Tensor | None,
         pick: Pick,
         *,
-        morph: tuple[LincPolicy, float] | None = None,
+        morph: tuple[ScoringPolicy, float] | None = None,
         track_log_likelihood: bool = True,
         keep_trajectory: bool = False,
         skip_forced: bool | None = None,
@@ -201,4 +147,4 @@ class PolicyChooser:
         return action
 
 
-__all__ = ["PolicyChooser", "StepInputs", "Trajectory"]
+__all__ = ["PolicyChooser"]

@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
 from linc_core.instances import Instance
-from linc_core.model.decisions import PolicyChooser, StepInputs, Trajectory
+from linc_core.model.decisions import PolicyChooser
 from linc_core.model.decoder import Decoder, DecoderCache
 from linc_core.model.encoder import Encoder
 from linc_core.model.features import node_inputs
 from linc_core.model.replay import replay_log_likelihood
 from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys
 from linc_core.model.scorer import CandidateScorer, mask_offsets
+from linc_core.model.types import Encoded, StepInputs, Trajectory
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState, RoutingEnv
 from linc_core.problems.rollout import complete_rollouts, start_rollouts
 
 Decoding = Literal["sample", "greedy"]
-
-
-class Encoded(NamedTuple):
-    """What ``LincPolicy.encode`` computes once per instance batch.
-
-    Attributes:
-        cache: the decoder's per-instance projections.
-        time_scale: ``[B]`` what elapsed time is divided by for the decoder context.
-    """
-
-    cache: DecoderCache
-    time_scale: Tensor
 
 
 @dataclass
@@ -208,4 +197,4 @@ class LincPolicy(nn.Module):
         return replay_log_likelihood(self, trajectory, cache, weight)
 
 
-__all__ = ["Decoding", "Encoded", "LincPolicy", "RolloutResult", "StepInputs"]
+__all__ = ["Decoding", "LincPolicy", "RolloutResult"]

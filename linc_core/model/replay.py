@@ -21,17 +21,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from linc_core.model.decisions import Trajectory
 from linc_core.model.decoder import DecoderCache
+from linc_core.model.types import ScoringPolicy, Trajectory
 from linc_core.problems.protocol import RolloutState
-
-if TYPE_CHECKING:
-    from linc_core.model.policy import LincPolicy
 
 
 @dataclass(frozen=True)
@@ -121,7 +117,7 @@ def pack_decisions(trajectory: Trajectory, weight: Tensor) -> PackedDecisions | 
 
 
 def _chunk_sums(
-    policy: LincPolicy,
+    policy: ScoringPolicy,
     trajectory: Trajectory,
     decisions: PackedDecisions,
     cache: DecoderCache,
@@ -150,7 +146,7 @@ def _zero(cache: DecoderCache, weight: Tensor) -> Tensor:
 
 
 def replay_log_likelihood(
-    policy: LincPolicy, trajectory: Trajectory, cache: DecoderCache, weight: Tensor
+    policy: ScoringPolicy, trajectory: Trajectory, cache: DecoderCache, weight: Tensor
 ) -> Tensor:
     """``sum_{b,k} weight_bk * log p(rollout_bk)``, recomputed (with gradients) in one pass.
 
@@ -170,7 +166,7 @@ def replay_log_likelihood(
 
 
 def backward_replay(
-    policy: LincPolicy,
+    policy: ScoringPolicy,
     trajectory: Trajectory,
     cache: DecoderCache,
     weight: Tensor,

@@ -255,7 +255,7 @@ class CandidateScorer(nn.Module):
 
         The local score of candidate j is ``sum_p v_p phi_pj + offset`` (before centring), and
         the total score ``alpha * h^T e_j + local`` when there is a summary. ``forward`` uses
-        this; ``linc_core.diagnose`` calls it to probe the comparator directly.
+        this; ``linc_core.evaluate.diagnostics`` calls it to probe the comparator directly.
 
         ``h~ = h * (1 + gamma) + beta`` enters the score only through ``W_phi^T h~`` and
         ``<h~, b_phi>``, and beta is affine in its hidden input, so the beta branch is folded

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from linc_core import __version__
-from linc_core.atomic import write_atomic
 from linc_core.config import ModelConfig, TrainConfig, to_dict
-from linc_core.typed import build
+from linc_core.utils.atomic import write_atomic
+from linc_core.utils.typed import build
 
 FORMAT_VERSION = 1
 CHECKPOINT_NAME = "latest.pt"  # what fit writes into its checkpoint folder

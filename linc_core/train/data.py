@@ -4,7 +4,7 @@ No random state is carried between batches, so a resumed run sees exactly the ba
 uninterrupted one would. ``GeneratedData`` samples fresh instances per batch (the paper's
 training); ``FixedData`` cycles a fixed set shuffled per epoch (the ablation protocol trains
 on the 56 truncated Solomon instances); ``ShardedTrainingData`` streams a Parquet data set
-(:mod:`linc_core.dataset`) with bounded memory.
+(:mod:`linc_core.instances.parquet`) with bounded memory.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
-from linc_core.dataset import load_shard, resolve_filesystem, shard_entries
 from linc_core.instances import Instance
+from linc_core.instances.datasets import load_shard, resolve_filesystem, shard_entries
 from linc_core.problems.generators import (
     EnvelopeConfig,
     generate_cvrp,
     generate_cvrptw_envelope,
     generate_tsp,
 )
-from linc_core.seeding import derive_seed, torch_generator
+from linc_core.utils.seeding import derive_seed, torch_generator
 
 
 class TrainingData(Protocol):

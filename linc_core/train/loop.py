@@ -45,7 +45,6 @@ from linc_core.model.reference_format import (
     load_reference_state_dict,
     reference_initial_state_dict,
 )
-from linc_core.seeding import derive_seed
 from linc_core.train.advantage import training_progress
 from linc_core.train.checkpoint import (
     CHECKPOINT_NAME,
@@ -57,6 +56,7 @@ from linc_core.train.data import TrainingData
 from linc_core.train.distributed import SINGLE, World, agree_any, broadcast_module_
 from linc_core.train.precision import resolve_precision
 from linc_core.train.step import StepMetrics, train_step
+from linc_core.utils.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from linc_core.model.policy import LincPolicy
 from linc_core.model.replay import backward_replay
 from linc_core.model.sampling import BatchRows, row_seeds, sample_z
 from linc_core.problems.rollout import pomo_starts
-from linc_core.seeding import derive_seed
 from linc_core.train.advantage import (
     NORMALISE_EPS,
     best_only_mask,
@@ -42,6 +41,7 @@ from linc_core.train.distributed import (
     global_std,
 )
 from linc_core.train.precision import FP32, MixedPrecision
+from linc_core.utils.seeding import derive_seed
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Every sampler takes an integer ``seed``, draws from its own ``np.random.default_rng(seed)``
 and returns an :class:`~linc_core.instances.Instance` of float32 CPU tensors. The same
 ``(batch, size, seed, config)`` always gives the same tensors; derive distinct seeds for
-shards and splits with :func:`linc_core.seeding.derive_seed`.
+shards and splits with :func:`linc_core.utils.seeding.derive_seed`.
 
 Modules, one job each:
 

@@ -1,0 +1,47 @@
+"""The fault matrix: one function per fault, each returning its :class:`~faults.harness.Row`.
+
+Every scenario runs the real entry point in its own process (with its own local Ray on
+127.0.0.1, or joined to a loopback cluster of Ray's ``cluster_utils``), injects one fault and
+reads the outcome from the tracking store. A row passes when its trials finished with no epoch
+metric lost or logged twice and no run left RUNNING, or when the command refused at once with
+one line (exit 2) and created nothing.
+
+Scenarios by what fails: ``tracking`` (the store), ``signals`` (SIGTERM to a driver or a trial),
+``storage`` (checkpoints, folders, S3), ``nodes`` (Ray nodes, workers, the memory monitor);
+``common`` holds what they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from faults.harness import Row
+from faults.scenarios.nodes import ddp_worker_killed, memory_monitor, node_killed
+from faults.scenarios.signals import driver_sigterm, trial_sigterm
+from faults.scenarios.storage import (
+    checkpoint_truncated,
+    s3_driver_killed,
+    storage_not_writable,
+    sweep_moved,
+)
+from faults.scenarios.tracking import tracking_down, tracking_unreachable
+
+MATRIX: dict[str, Callable[[Path], Row]] = {
+    "tracking-30s": lambda folder: tracking_down(folder, 30),
+    "tracking-5min": lambda folder: tracking_down(folder, 300),
+    "driver-sigterm": driver_sigterm,
+    "trial-sigterm": trial_sigterm,
+    "checkpoint-truncated": checkpoint_truncated,
+    "storage-not-writable": storage_not_writable,
+    "tracking-unreachable": tracking_unreachable,
+    "sweep-moved": sweep_moved,
+    "node-killed": node_killed,
+    "no-node-left": lambda folder: node_killed(folder, pending_timeout=True),
+    "ddp-worker-killed": ddp_worker_killed,
+    "s3-driver-killed": s3_driver_killed,
+    "memory-monitor": memory_monitor,
+}
+
+
+__all__ = ["MATRIX"]

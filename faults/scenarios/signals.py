@@ -1,0 +1,90 @@
+"""Signals: SIGTERM to the sweep's driver, and to a trial's process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from faults.harness import (
+    Driver,
+    Row,
+    audit,
+    reported,
+    wait_for,
+)
+from faults.scenarios.common import (
+    ABLATION,
+    EXPERIMENT,
+    TRAIN,
+    finish_row,
+    run_tag,
+    sqlite_uri,
+    train_args,
+)
+
+
+def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
+    """SIGTERM to the sweep driver mid-ablation; then the same command again."""
+    row = Row("SIGTERM to the driver")
+    storage = folder / "runs"
+    args = [*train_args(storage, epochs), "cluster.max_concurrent_trials=1"]
+    first = Driver(folder, "sweeps.ablation", args)
+    wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start", first)
+    first.signal(signal.SIGTERM)
+    began = time.monotonic()
+    rc = first.wait(300)
+    stopped = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)
+    row.notes.append(
+        f"driver exited {rc} after {time.monotonic() - began:.1f} s, "
+        f"{stopped.runs_running} run(s) RUNNING after the stop"
+    )
+    second = Driver(folder, "sweeps.ablation", args)
+    rc = second.wait(1800)
+    result = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)
+    outcome = "stopped gracefully (KILLED), re-run resumed and finished"
+    return finish_row(row, result, rc, outcome, stopped.runs_running == 0)
+
+
+def trial_sigterm(folder: Path, epochs: int = 30) -> Row:
+    """SIGTERM to the trial's process: it checkpoints its current step, the retry resumes."""
+    row = Row("SIGTERM to a trial")
+    storage = folder / "runs"
+    driver = Driver(folder, "sweeps.train", train_args(storage, epochs))
+    wait_for(lambda: reported(storage, TRAIN) >= 1, 600, "training to start", driver)
+    began = time.monotonic()
+    wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "a second epoch", driver)
+    epoch_s = time.monotonic() - began
+    (trial,) = wait_for(lambda: driver.descendants("ImplicitFunc"), 60, "the trial's process")
+    time.sleep(epoch_s / 2)  # half an epoch after one ended (on a loaded machine, too)
+    os.kill(trial, signal.SIGTERM)
+    rc = driver.wait(1800)
+    log = driver.output(10**7)
+    resumed = run_tag(sqlite_uri(storage), "resumed_from") or ""
+    # The retry must start from the state the trial stopped at: its preemption checkpoint, or,
+    # when the SIGTERM came during an epoch's report after Tune had stored its checkpoint, a
+    # Tune checkpoint the driver never received (numbered from the last epoch the driver had
+    # received and printed before the failure). An older one would mean training was redone.
+    printed = re.findall(r": epoch (\d+)/", log.split("FAILED (attempt 1", 1)[0])
+    seen = max(map(int, printed), default=0)
+    # Ray's worker can itself crash on the signal (a failed RAY_CHECK while storing a task's
+    # return, ray-project/ray#47759) before any Python handler runs; then the last checkpoint
+    # the driver received (epoch ``seen``, Tune's ``checkpoint_<seen - 1>``) is the newest state.
+    ray_crashed = "Check failed: objects_valid" in log
+    tune_index = re.search(r"/checkpoint_(\d+) \(step", resumed)
+    oldest_allowed = seen - 1 if ray_crashed else seen
+    current = "preempted_" in resumed or (
+        tune_index is not None and int(tune_index[1]) >= oldest_allowed
+    )
+    row.notes.append(
+        f"checkpointed on SIGTERM: {'checkpointing the current step' in log}; "
+        f"resumed from {resumed or 'nothing'}; the driver had received epoch {seen}"
+        + ("; Ray's worker crashed on the signal (RAY_CHECK objects_valid)" if ray_crashed else "")
+    )
+    result = audit(sqlite_uri(storage), EXPERIMENT, TRAIN, epochs)
+    return finish_row(row, result, rc, "checkpointed, retried, finished", current)
+
+
+__all__ = ["driver_sigterm", "trial_sigterm"]

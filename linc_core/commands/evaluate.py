@@ -1,0 +1,235 @@
+"""Benchmark evaluation: decode, verify every solution, gaps vs BKS and PyVRP, tables and plots.
+
+The ``linc-eval`` command: a checkpoint decodes a benchmark set; every solution is verified,
+scored and reported.
+
+    linc-eval --checkpoint runs/x/latest.pt --benchmark solomon100 --decode sampling --z 800 --aug 8
+    linc-eval --checkpoint ... --benchmark path/to/homberger200 --decode sgbs --out runs/eval-hg
+
+Decoding (``--decode``; the budget is printed before decoding starts and is the table's label):
+
+- ``sampling``: softmax sampling, ``--z`` rollouts per augmented copy, each with its own
+  z-vector (default 800, the paper's budget);
+- ``greedy``: the argmax rollout, ``--z`` of them per augmented copy, each under its own
+  z-vector (default 1: one rollout per copy);
+- ``multistart``: POMO, one greedy rollout per forced first customer (``--starts``);
+- ``sgbs``: simulation-guided beam search (``--beam``, ``--expansion``, ``--sgbs-z``).
+
+``--aug 8`` decodes the 8 dihedral copies of every instance (``--aug 1``: as given).
+
+Sets: see :mod:`linc_core.evaluate.benchmark_sets` (a folder's best-known values are matched to
+file names ignoring case; instances without one are counted in a warning). Gaps against PyVRP
+(``--pyvrp-seconds S``) come from :mod:`linc_core.evaluate.pyvrp_cache`, computed once per
+instance and time budget.
+
+Outputs in ``--out``: ``rows.csv`` and ``rows.parquet`` (one row per instance), ``table.md``
+(method, Obj., Gap, Time, as the paper's tables), ``summary.json`` (strict JSON: ``null`` where
+there is no number), ``routes/NAME.sol`` (each solution in CVRPLIB's syntax; re-verify one with
+``linc-solve --verify routes/NAME.sol``) and ``plots/NAME.png`` route plots; every file is
+written to a temporary name and renamed into place. The exit status is 1 when any row is an
+error (unreadable instance file or infeasible solution), 2 when the command cannot start
+(missing or unreadable checkpoint, missing or empty folder), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from linc_core.commands.flags import (
+    CommandLineError,
+    add_policy_run_flags,
+    apply_runtime_flags,
+    load_policy,
+    load_set,
+)
+from linc_core.decode import DecodeConfig
+from linc_core.evaluate.benchmark_sets import BenchmarkSet
+from linc_core.evaluate.pyvrp_cache import pyvrp_costs
+from linc_core.evaluate.reporting import (
+    markdown_table,
+    plot_routes,
+    rows_csv,
+    rows_parquet,
+    solution_sol,
+    summary_json,
+)
+from linc_core.evaluate.scoring import (
+    Evaluation,
+    error_rows,
+    evaluate_policy,
+    planned_rollouts,
+    summarize,
+)
+from linc_core.utils.atomic import write_atomic
+from linc_core.utils.progress import Progress
+
+# --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
+DEFAULT_Z = {"sampling": 800, "greedy": 1}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="linc-eval",
+        description=__doc__.split("\n\n")[1].replace("``", ""),
+        epilog="Outputs, decoding methods and exit status: see python -m pydoc "
+        "linc_core.commands.evaluate",
+    )
+    add_policy_run_flags(
+        p,
+        benchmark=None,
+        z=None,
+        z_help="rollouts (z-vectors) per augmented copy for sampling and greedy "
+        f"(default: sampling {DEFAULT_Z['sampling']}, the paper's budget; greedy "
+        f"{DEFAULT_Z['greedy']})",
+        out=None,
+    )
+    p.add_argument(
+        "--decode",
+        choices=("greedy", "sampling", "sgbs", "multistart"),
+        default="sampling",
+        help="sampling: softmax rollouts, --z per copy; greedy: argmax rollouts, --z per copy "
+        "(one z-vector each); multistart: one greedy rollout per first customer; sgbs: "
+        "simulation-guided beam search (default sampling)",
+    )
+    p.add_argument("--aug", type=int, choices=(1, 8), default=8, help="dihedral copies")
+    p.add_argument("--beam", type=int, default=4, help="SGBS beam width")
+    p.add_argument("--expansion", type=int, default=4, help="SGBS children per beam")
+    p.add_argument("--sgbs-z", type=int, default=128, help="SGBS initial greedy z-rollouts")
+    p.add_argument("--starts", type=int, default=None, help="multistart starts (default all)")
+    p.add_argument("--max-rollouts-per-chunk", type=int, default=16384)
+    p.add_argument("--count", type=int, default=128, help="synthetic set size")
+    p.add_argument("--data-seed", type=int, default=0, help="synthetic set seed")
+    p.add_argument(
+        "--pyvrp-seconds",
+        type=float,
+        default=0.0,
+        help="PyVRP budget per instance (0: no PyVRP row or gap); cached in $LINC_CACHE_DIR",
+    )
+    p.add_argument("--plot", default="3", help="route plots: a count (first N) or names a,b")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _plot_names(spec: str, names: Sequence[str]) -> list[str]:
+    if spec.isdigit():
+        return list(names[: int(spec)])
+    wanted = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise SystemExit(f"--plot: unknown instances {unknown}")
+    return wanted
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _evaluate(args)
+    except CommandLineError as err:
+        print(f"linc-eval: {err}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    apply_runtime_flags(args)
+    config = DecodeConfig(
+        method=args.decode,
+        num_z=args.z or DEFAULT_Z.get(args.decode, DEFAULT_Z["sampling"]),
+        augment=args.aug,
+        seed=args.seed,
+        num_starts=args.starts,
+        beam_width=args.beam,
+        expansion=args.expansion,
+        sgbs_z=args.sgbs_z,
+        max_rollouts_per_chunk=args.max_rollouts_per_chunk,
+    )
+    policy, _ = load_policy(args)
+    bench = load_set(args, count=args.count, data_seed=args.data_seed)
+    _report_set(bench)
+    if bench.instances and bench.instances[0].problem != policy.config.problem:
+        raise CommandLineError(
+            f"--checkpoint is a {policy.config.problem} model; --benchmark {args.benchmark} "
+            f"holds {bench.instances[0].problem} instances"
+        )
+    set_name = Path(bench.name).name
+    out = args.out or Path("runs") / "eval" / f"{set_name}-{args.decode}"
+    pyvrp, pyvrp_seconds = None, math.nan
+    if args.pyvrp_seconds > 0 and bench.instances:
+        pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
+        pyvrp_seconds = args.pyvrp_seconds * len(bench.instances)
+    method = f"LINC {config.label}"
+    planned = planned_rollouts(config, bench.instances, policy.config.z_dim)
+    per_instance = f", {planned // len(bench.instances)} rollouts per instance" if planned else ""
+    print(f"decoding {len(bench.instances)} instances: {config.label}{per_instance}", flush=True)
+    evaluation = Evaluation([], summarize([], 0.0), {})
+    if bench.instances:
+        with Progress(
+            planned, f"{set_name} {config.label}", "rollout", enabled=not args.no_progress
+        ) as progress:
+            evaluation = evaluate_policy(
+                policy,
+                bench.instances,
+                config,
+                convention=bench.convention,
+                bks=bench.bks,
+                pyvrp=pyvrp,
+                method=method,
+                progress=progress.update,
+            )
+    rows = evaluation.rows + error_rows(bench.errors, method)
+    summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
+    pyvrp_row = None
+    if pyvrp:
+        pyvrp_row = (
+            f"PyVRP ({args.pyvrp_seconds:g}s)",
+            float(np.mean(list(pyvrp.values()))),
+            pyvrp_seconds,
+        )
+    table = markdown_table(set_name, bench.convention, [(method, summary)], pyvrp_row)
+    write_atomic(out / "rows.csv", rows_csv(rows))
+    write_atomic(out / "rows.parquet", rows_parquet(rows))
+    write_atomic(out / "table.md", table.encode())
+    record = {"benchmark": bench.name, "checkpoint": str(args.checkpoint), "decode": asdict(config)}
+    write_atomic(out / "summary.json", summary_json(record | summary))
+    for row in evaluation.rows:
+        solution = evaluation.solutions[row.instance]
+        sol = solution_sol(solution, row, bench.convention, bench.sources.get(row.instance))
+        write_atomic(out / "routes" / f"{row.instance}.sol", sol)
+    by_name = {i.names[0]: i for i in bench.instances}
+    for name in _plot_names(args.plot, [r.instance for r in evaluation.rows]):
+        row = next(r for r in evaluation.rows if r.instance == name)
+        title = f"{name}  {method}  cost {row.cost:.1f}" + ("" if row.feasible else "  INFEASIBLE")
+        png = plot_routes(by_name[name], evaluation.solutions[name], title)
+        write_atomic(out / "plots" / f"{name}.png", png)
+    print(table)
+    print(f"wrote {out}/rows.csv, rows.parquet, table.md, summary.json, routes/*.sol, plots/")
+    return 1 if summary["errors"] else 0
+
+
+def _report_set(bench: BenchmarkSet) -> None:
+    """Unreadable files (errors), skipped files (notes) and instances without a best-known
+    value (a warning: their gap is empty), before anything is decoded."""
+    for file_name, message in bench.errors:
+        print(f"error: {file_name}: {message}", file=sys.stderr)
+    if bench.skipped:
+        names = ", ".join(name for name, _ in bench.skipped[:5])
+        more = f", ... ({len(bench.skipped)} files)" if len(bench.skipped) > 5 else ""
+        print(f"note: skipped files that are not instances: {names}{more}", file=sys.stderr)
+    missing = bench.without_bks()
+    if missing:
+        names = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        print(
+            f"warning: {len(missing)} of {len(bench.instances)} instances have no best-known "
+            f"value ({names}); their Gap is --",
+            file=sys.stderr,
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Command-line flags shared by ``linc-eval`` and ``linc-diagnose``, each defined once.
+
+Both commands load a checkpoint, decode a benchmark set with ``--z`` rollouts per instance
+under a seed, on a device with a thread count, and write into an output folder; each command
+states its own defaults and adds its own flags after these. A checkpoint or a set that cannot
+be loaded is a :class:`CommandLineError`: one line on stderr and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from linc_core.utils.runtime import tune_cpu_allocator
+
+if TYPE_CHECKING:
+    from linc_core.evaluate.benchmark_sets import BenchmarkSet
+    from linc_core.model import LincPolicy
+
+BENCHMARK_HELP = (
+    "set name (solomon100, solomon50, tsplib, cvrplib_x, xml100, synthetic-PROBLEM-SIZE) or a "
+    "folder of Solomon-format files"
+)
+
+
+def add_policy_run_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    benchmark: str | None,
+    z: int | None,
+    z_help: str,
+    out: Path | None,
+) -> None:
+    """Add ``--checkpoint --benchmark --limit --z --seed --device --threads --out``.
+
+    Args:
+        parser: the command's parser.
+        benchmark: default of ``--benchmark``; ``None`` makes the flag required.
+        z: default of ``--z`` (None: the command picks one per method); ``z_help`` says what
+            the z-rollouts are for in this command.
+        out: default output folder (``None``: the command derives one).
+    """
+    parser.add_argument("--checkpoint", type=Path, required=True, help="linc checkpoint (.pt)")
+    parser.add_argument(
+        "--benchmark", required=benchmark is None, default=benchmark, help=BENCHMARK_HELP
+    )
+    parser.add_argument("--limit", type=int, default=None, help="first N instances only")
+    parser.add_argument("--z", type=int, default=z, help=z_help)
+    parser.add_argument("--seed", type=int, default=0, help="decoding seed")
+    parser.add_argument("--device", default="cpu", help="torch device of the policy")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--out", type=Path, default=out, help="output folder")
+
+
+def apply_runtime_flags(args: argparse.Namespace) -> None:
+    """Process settings from the flags: the CPU allocator tuning and ``--threads``."""
+    tune_cpu_allocator()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
+class CommandLineError(Exception):
+    """A command that cannot start (missing file, empty set): its one-line reason."""
+
+
+def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:
+    """The policy of ``--checkpoint`` on ``--device``, or a one-line :class:`CommandLineError`."""
+    from linc_core.train.loop import policy_from_checkpoint
+
+    path: Path = args.checkpoint
+    if not path.exists():
+        raise CommandLineError(f"--checkpoint {path}: no such file")
+    if path.is_dir():
+        raise CommandLineError(f"--checkpoint {path}: a folder; give the checkpoint file (.pt)")
+    try:
+        return policy_from_checkpoint(path, args.device)
+    except Exception as err:  # torch.load of a foreign file raises about anything
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        message = f"--checkpoint {path}: not a readable linc checkpoint ({reason})"
+        raise CommandLineError(message) from None
+
+
+def load_set(args: argparse.Namespace, **options: Any) -> BenchmarkSet:
+    """The ``--benchmark`` set (first ``--limit`` files), or a one-line
+    :class:`CommandLineError` when it is missing or holds no instance at all."""
+    from linc_core.evaluate.benchmark_sets import load_benchmark
+    from linc_core.instances import InstanceError
+
+    try:
+        bench = load_benchmark(args.benchmark, limit=args.limit, **options)
+    except (ValueError, InstanceError, OSError) as err:
+        raise CommandLineError(str(err)) from None
+    if not bench.instances and not bench.errors:
+        others = f" ({len(bench.skipped)} other files skipped)" if bench.skipped else ""
+        raise CommandLineError(f"--benchmark {args.benchmark}: no instance file in it{others}")
+    return bench

@@ -1,0 +1,187 @@
+"""``linc-train``: one local training run with the plain ``fit`` loop (no Ray).
+
+Examples:
+    linc-train --problem cvrptw --size 20 --minutes 5
+    linc-train --protocol ablation --preset full_linc --epochs 50      # Solomon-50, as the paper
+
+``--protocol ablation`` (``linc_core.runs.protocols``) trains and validates on the 56 Solomon
+instances truncated to their first 50 customers with the ablation's schedule (reference section
+5: K = 128, batch 56, tau 100 -> 0.01 over the first 15%, best-only from 15%) and, unless
+``--init linc``, the reference implementation's initial weights for the seed: ``--seed 1234``
+starts from the weights behind the reference's published CPU curves
+(``reference_cpu_training_curves.json``). The flags are resolved once into a
+``linc_core.runs.plan.RunPlan``, the same plan the platform's trials run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.presets import PRESETS
+from linc_core.runs.plan import (
+    DataSource,
+    RunPlan,
+    data_id,
+    resolve_run,
+    training_data,
+    validation_set,
+)
+from linc_core.runs.protocols import PROTOCOLS, protocol_named
+from linc_core.train.loop import (
+    PrintProgress,
+    fit,
+    initial_policy,
+    policy_from_checkpoint,
+    warm_start,
+)
+from linc_core.utils.runtime import tune_cpu_allocator
+from linc_core.utils.typed import literal_values
+
+# Flags that set a TrainConfig field when given (they win over the protocol's value).
+TRAIN_FLAGS = {
+    "epochs": "epochs",
+    "rollouts": "num_rollouts",
+    "batch_size": "batch_size",
+    "instances_per_epoch": "instances_per_epoch",
+    "lr": "learning_rate",
+    "validation_size": "validation_size",
+    "init": "init",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="linc-train", description=__doc__.splitlines()[0])
+    p.add_argument("--problem", choices=literal_values(ModelConfig, "problem"), default="cvrptw")
+    p.add_argument("--size", type=int, default=20, help="customers (cities) per instance")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="full_linc")
+    p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="generated")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--minutes", type=float, default=None, help="stop after this wall time")
+    p.add_argument("--rollouts", type=int, default=None, help="K")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--instances-per-epoch", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument(
+        "--validation-size",
+        type=int,
+        default=None,
+        help="generated validation instances (default 64; the ablation protocol validates on "
+        "its training set)",
+    )
+    p.add_argument("--validation-every", type=int, default=1, help="epochs between validations")
+    p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 per run when runs share CPUs)",
+    )
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--init",
+        choices=literal_values(TrainConfig, "init"),
+        default=None,
+        help="initial weights: linc (PyTorch defaults under a derived seed) or reference (the "
+        "reference implementation's for --seed); default: the protocol's (reference under "
+        "--protocol ablation, where the reference builds the model)",
+    )
+    p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
+    p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")
+    p.add_argument(
+        "--warm-start",
+        type=Path,
+        default=None,
+        help="linc checkpoint whose matching weights seed the model",
+    )
+    p.add_argument(
+        "--morph-from",
+        type=Path,
+        default=None,
+        help="checkpoint of the frozen policy whose scores morphing starts from",
+    )
+    p.add_argument("--morph-epochs", type=int, default=100, help="lambda 0 -> 1 over these epochs")
+    return p
+
+
+def plan_from_args(args: argparse.Namespace) -> RunPlan:
+    """The run the flags describe: the protocol's data and schedule, the flags over it.
+
+    Every random stream derives from ``--seed``: the batches from ``(seed, "data")``, the
+    generated validation set from ``(seed, "validation-set")``.
+    """
+    protocol = protocol_named(args.protocol)
+    train = {"seed": args.seed, "device": args.device, "validation_every": args.validation_every}
+    train |= {key: getattr(args, flag) for flag, key in TRAIN_FLAGS.items()}
+    train = {key: value for key, value in train.items() if value is not None}
+    if args.morph_from is not None:
+        train["morph_epochs"] = args.morph_epochs
+    return resolve_run(
+        args.preset,
+        DataSource(protocol.data, args.problem, args.size),  # the stream follows --seed
+        protocol=args.protocol,
+        train=train,
+        validation="training_set" if protocol.data == "solomon50" else "generated",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        plan = plan_from_args(args)
+    except ValueError as err:  # a ConfigError or a setting the configs refuse
+        print(f"linc-train: invalid settings: {err}", file=sys.stderr)
+        return 2
+    tune_cpu_allocator()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = training_data(plan)
+    validation = validation_set(plan, data)
+    print(
+        json.dumps(
+            {"preset": args.preset, "model": to_dict(plan.model), "train": to_dict(plan.train)}
+        )
+    )
+    morph_from = None
+    if args.morph_from is not None:
+        morph_from, _ = policy_from_checkpoint(args.morph_from, args.device)
+    policy = initial_policy(plan.model, plan.train)
+    if args.warm_start is not None:
+        source, _ = policy_from_checkpoint(args.warm_start)
+        copied = warm_start(policy, source)
+        print(f"warm start: {len(copied)} tensors from {args.warm_start}")
+    started = time.perf_counter()
+    result = fit(
+        policy,
+        plan.train,
+        data,
+        validation=validation,
+        callbacks=[PrintProgress()],
+        checkpoint_dir=args.out,
+        resume_from=args.resume,
+        max_seconds=args.minutes * 60 if args.minutes else None,
+        data_id=data_id(plan),
+        morph_from=morph_from,
+    )
+    last = result.history[-1]
+    print(
+        f"done: {result.epochs_done} epochs, {result.global_step} steps, "
+        f"{time.perf_counter() - started:.1f}s; final train best-of-K {last['train_best_cost']:.4f}"
+        + (f", validation {last['validation_cost']:.4f}" if "validation_cost" in last else "")
+    )
+    if result.last_checkpoint is not None:
+        print(f"checkpoint: {result.last_checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

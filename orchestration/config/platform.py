@@ -1,0 +1,123 @@
+"""The platform config: the sections of a composed mapping, validated, and the run they
+resolve to (:class:`PlatformConfig`), once.
+
+Hydra (``sweeps/conf``) composes a plain nested mapping; :meth:`PlatformConfig.from_mapping`
+builds each section (:mod:`orchestration.config.sections`) with
+:func:`linc_core.utils.typed.build` and resolves the run the sections describe into a
+:class:`linc_core.runs.plan.RunPlan`. A Tune trial receives the same mapping (with its
+variant and seed filled in) and resolves it again on the worker
+(:class:`orchestration.trial.plan.TrialPlan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from linc_core.runs.plan import RunPlan, resolve_run
+from linc_core.runs.protocols import variant_list
+from linc_core.utils.typed import ConfigError, build, within
+from orchestration.config.sections import (
+    AblationSpec,
+    ClusterSpec,
+    ConsoleSpec,
+    DataSpec,
+    FaultSpec,
+    ModelSpec,
+    SearchSpec,
+    TaskSpec,
+    TrackingSpec,
+)
+
+SECTIONS = (
+    "task",
+    "model",
+    "train",
+    "data",
+    "tracking",
+    "cluster",
+    "ablation",
+    "search",
+    "fault",
+    "console",
+)
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    """A validated sweep, search or run: the resolved run of its base trial and the platform
+    sections around it. ``raw`` is the composed mapping (what Tune's trials receive)."""
+
+    run: RunPlan
+    tracking: TrackingSpec
+    cluster: ClusterSpec
+    ablation: AblationSpec
+    search: SearchSpec | None
+    fault: FaultSpec
+    raw: dict[str, Any]
+    console: ConsoleSpec = ConsoleSpec()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
+        """Validate a composed config and resolve its run; :class:`ConfigError` on any unknown
+        key or bad value."""
+        values = dict(values)
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(f"unknown section(s) {unknown}; known: {list(SECTIONS)}")
+        task = build(TaskSpec, values.get("task"), "task")
+        model = build(ModelSpec, values.get("model"), "model")
+        data = build(DataSpec, values.get("data"), "data")
+        # null in the train and model.overrides sections means "the variant's value".
+        train = _without_nulls(values.get("train"))
+        ablation = dict(values.get("ablation") or {})
+        if "variants" in ablation:
+            ablation["variants"] = variant_list(ablation["variants"])
+        search = values.get("search")
+        run = resolve_run(
+            model.variant,
+            within("task", lambda: data.source_of(task)),
+            protocol=train.pop("protocol", None),
+            train=train,
+            model=_without_nulls(model.overrides),
+            validation_seed=data.validation_seed(),
+            evaluation=data.evaluation(),
+        )
+        return cls(
+            run=run,
+            tracking=build(TrackingSpec, values.get("tracking"), "tracking"),
+            cluster=build(ClusterSpec, values.get("cluster"), "cluster"),
+            ablation=build(AblationSpec, ablation, "ablation"),
+            search=build(SearchSpec, search, "search") if search else None,
+            fault=build(FaultSpec, values.get("fault"), "fault"),
+            raw=values,
+            console=build(ConsoleSpec, values.get("console"), "console"),
+        )
+
+    def with_values(self, **dotted: Any) -> dict[str, Any]:
+        """A copy of the raw mapping with ``section.key`` values replaced (``model.variant``)."""
+        return with_dotted(self.raw, dotted)
+
+
+def _without_nulls(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (values or {}).items() if v is not None}
+
+
+def with_dotted(values: Mapping[str, Any], dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep copy of ``values`` with ``{"a.b": v}`` assignments applied (sections created)."""
+    result = _deep_copy(values)
+    for key, value in dotted.items():
+        *parents, leaf = key.split(".")
+        node = result
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return result
+
+
+def _deep_copy(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in values.items()}
+
+
+__all__ = ["PlatformConfig", "SECTIONS", "with_dotted"]

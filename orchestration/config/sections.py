@@ -1,0 +1,332 @@
+"""The sections of the platform's configuration, each a typed, validated dataclass.
+
+Each section is built from its part of the composed mapping with
+:func:`linc_core.utils.typed.build` (unknown keys and bad values raise
+:class:`~linc_core.utils.typed.ConfigError` naming the section, the key and the value);
+:class:`orchestration.config.platform.PlatformConfig` puts them together.
+
+Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
+
+* ``task``: problem and instance size of generated training data.
+* ``model``: the variant (a preset of ``linc_core.presets.PRESETS``) and field overrides.
+* ``train``: a protocol (``linc_core.runs.protocols``) and ``TrainConfig`` settings (under the
+  variant's own switches).
+* ``data``: where training, validation and final-evaluation instances come from.
+* ``tracking``: MLflow store and experiment.
+* ``cluster``: Ray address, trial resources, data-parallel workers, retries, Tune storage.
+* ``ablation``: variants x seeds of the ablation sweep and the row its gaps compare to.
+* ``search``: the Optuna/ASHA hyper-parameter search.
+* ``fault``: deliberate failures, for testing retries (off by default).
+* ``console``: what a sweep prints (one line per trial event, or Tune's own output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from linc_core.config import ProblemName
+from linc_core.presets import ABLATION_VARIANTS
+from linc_core.runs.plan import DataSource, EvaluationSource
+from linc_core.utils.seeding import derive_seed
+from linc_core.utils.typed import check_fields, require
+
+SearchDistribution = Literal["uniform", "loguniform", "choice", "randint"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    problem: ProblemName = "cvrptw"
+    num_customers: int = 20
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(self.num_customers >= 2, "num_customers", self.num_customers, ">= 2")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """``variant``: a preset of ``linc_core.presets.PRESETS``; ``overrides``: ModelConfig fields
+    (null keeps the variant's value)."""
+
+    variant: str = "full_linc"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Training, validation and final-evaluation data.
+
+    Attributes:
+        source: ``generated`` (fresh seeded instances every batch, the paper's training),
+            ``dataset`` (a Parquet data set written by ``linc-generate`` at ``uri``) or
+            ``solomon50`` (the ablation protocol: the 56 Solomon instances cut to 50 customers).
+        uri: the data set for ``source=dataset`` (local folder or ``s3://...``).
+        seed: base seed of the training batches (generated ones, or a fixed set's per-epoch
+            shuffle) and of the validation set, the same for every trial; null (the default):
+            they follow each trial's ``train.seed`` as ``linc-train``'s do (the variants of one
+            seed see the same batches, the seeds of a sweep are independent replicates). The
+            final evaluation's decoding seed derives from it (0 when null): every trial of a
+            sweep decodes each instance with the same z-vectors.
+        eval_source: what the final checkpoint is evaluated on: ``validation`` (the validation
+            set), ``dataset`` (``eval_uri``), ``solomon50`` or ``none``.
+        eval_uri: the evaluation data set for ``eval_source=dataset``.
+        eval_rollouts: z vectors (or starts) per instance at the final evaluation.
+        eval_augment: 1, or 8 for the dihedral augmentation.
+        eval_decoding: ``greedy`` (per z) or ``sampling``.
+    """
+
+    source: Literal["generated", "dataset", "solomon50"] = "generated"
+    uri: str | None = None
+    seed: int | None = None
+    eval_source: Literal["validation", "dataset", "solomon50", "none"] = "validation"
+    eval_uri: str | None = None
+    eval_rollouts: int = 128
+    eval_augment: Literal[1, 8] = 8
+    eval_decoding: Literal["greedy", "sampling"] = "greedy"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for key, source in (("uri", self.source), ("eval_uri", self.eval_source)):
+            value = getattr(self, key)
+            require(
+                source != "dataset" or bool(value),
+                key,
+                value,
+                "a data set folder or s3:// URI for a dataset source",
+            )
+        require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
+
+    def source_of(self, task: TaskSpec) -> DataSource:
+        """The training data (its seed None: the plan derives it from the training seed)."""
+        return DataSource(self.source, task.problem, task.num_customers, self.seed, self.uri)
+
+    def validation_seed(self) -> int | None:
+        """The validation set's seed (None: the plan derives it from the training seed)."""
+        return None if self.seed is None else derive_seed(self.seed, "validation-set")
+
+    def evaluation(self) -> EvaluationSource:
+        return EvaluationSource(
+            self.eval_source,
+            self.eval_uri,
+            self.eval_rollouts,
+            self.eval_augment,
+            self.eval_decoding,
+            derive_seed(self.seed or 0, "final-evaluation"),
+        )
+
+
+@dataclass(frozen=True)
+class TrackingSpec:
+    """MLflow. ``uri`` null: ``$MLFLOW_TRACKING_URI``, else a SQLite store in the storage folder
+    (``orchestration.tracking.store.resolve_tracking_uri``).
+
+    ``parent_run_id`` and ``sweep`` are filled in by the sweep driver: each trial's run is nested
+    under the sweep's parent run and tagged with the sweep's name. ``flush_timeout_s``: how long
+    a finished trial (or the driver) waits for an unreachable store to take its last records
+    (``orchestration.tracking.writer``); what is left stays in the trial's final checkpoint.
+    """
+
+    uri: str | None = None
+    experiment: str = "linc"
+    artifact_location: str | None = None
+    parent_run_id: str | None = None
+    sweep: str | None = None
+    flush_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(bool(self.experiment), "experiment", self.experiment, "a name")
+        require(self.flush_timeout_s >= 0, "flush_timeout_s", self.flush_timeout_s, ">= 0")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where and with what a trial runs.
+
+    Attributes:
+        address: Ray address (null: ``$RAY_ADDRESS`` under ``ray job submit``, else a local
+            Ray started on 127.0.0.1).
+        num_cpus: CPUs of a local Ray (null: all).
+        cpus_per_trial, gpus_per_trial: resources of a single-worker trial (fractions allowed).
+        num_workers: data-parallel workers per trial (> 1 runs Ray Train's TorchTrainer).
+        cpus_per_worker, gpus_per_worker: resources of each data-parallel worker.
+        custom_resources: extra Ray resources every trial (or worker) requests, e.g. a
+            node-type marker ``{"linc_worker": 1}``.
+        max_concurrent_trials: 0 lets Tune run as many as resources allow.
+        max_failures: retries of a failed trial, each restored from its last checkpoint.
+        storage: Tune storage: a local folder (made absolute) or ``s3://bucket/prefix``.
+        torch_threads: intra-op threads per trial (match ``cpus_per_trial`` on shared hosts).
+        reuse_actors: a finished trial's process runs the next trial (Tune's ``reuse_actors``),
+            which skips a new process and its imports (torch, MLflow, Ray Tune: seconds) per
+            trial of a sweep.
+        memory_per_trial_gb: the memory a trial reserves (Ray's ``memory`` resource), so that
+            Tune never starts more trials on a node than fit; null: the plan's estimate
+            (``orchestration.trial.resources``); 0: none (a cluster whose node types declare no
+            memory to the autoscaler).
+        pending_timeout_s: a trial that cannot be placed (no node has its resources) for this
+            long fails, naming what it waited for; null waits for ever (an autoscaler's nodes).
+        preemption_grace_s: after a SIGTERM, how long a trial's process may take to checkpoint
+            its current step before it ends (below the cluster's own grace period:
+            infra/README.md).
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    num_workers: int = 1
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    custom_resources: dict[str, float] = field(default_factory=dict)
+    max_concurrent_trials: int = 0
+    max_failures: int = 2
+    storage: str = "runs"
+    torch_threads: int = 1
+    reuse_actors: bool = True
+    memory_per_trial_gb: float | None = None
+    pending_timeout_s: float | None = 600.0
+    preemption_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for key in ("cpus_per_trial", "gpus_per_trial", "cpus_per_worker", "gpus_per_worker"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        for key in ("num_workers", "torch_threads"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(self.num_cpus is None or self.num_cpus >= 1, "num_cpus", self.num_cpus, ">= 1")
+        for key in ("max_concurrent_trials", "max_failures"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
+        require(bool(self.storage), "storage", self.storage, "a folder or URI")
+        for name, amount in self.custom_resources.items():
+            require(amount > 0, f"custom_resources.{name}", amount, "> 0")
+        memory = self.memory_per_trial_gb
+        require(memory is None or memory >= 0, "memory_per_trial_gb", memory, ">= 0 or null")
+        timeout = self.pending_timeout_s
+        require(timeout is None or timeout > 0, "pending_timeout_s", timeout, "> 0 or null")
+        require(self.preemption_grace_s >= 0, "preemption_grace_s", self.preemption_grace_s, ">= 0")
+
+    @property
+    def use_gpu(self) -> bool:
+        return (self.gpus_per_worker if self.num_workers > 1 else self.gpus_per_trial) > 0
+
+    def storage_path(self, base: Path | None = None) -> str:
+        """The Tune storage as an absolute local path, or the URI unchanged."""
+        if "://" in self.storage:
+            return self.storage
+        path = Path(self.storage).expanduser()
+        return str(path if path.is_absolute() else (base or Path.cwd()) / path)
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """``variants``: the swept presets, or the name of a list (``paper``: the paper's twelve);
+    ``compare_to``: the row the table's gaps are relative to."""
+
+    variants: tuple[str, ...] = ABLATION_VARIANTS
+    seeds: tuple[int, ...] = (1234,)
+    compare_to: str = "full_linc"
+    name: str = "ablation"
+    resume: bool = True
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(bool(self.seeds), "seeds", self.seeds, "at least one seed")
+        require(
+            self.compare_to in self.variants,
+            "compare_to",
+            self.compare_to,
+            f"one of the swept variants {self.variants}",
+        )
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Optuna (TPE) through Tune's ``OptunaSearch`` with ASHA early stopping.
+
+    ``space`` maps a dotted config key (``train.learning_rate``) to ``{"distribution":
+    uniform|loguniform|randint|choice, "low", "high"}`` or ``{"distribution": "choice",
+    "values": [...]}``.
+    """
+
+    name: str = "hpo"
+    num_samples: int = 8
+    max_concurrent: int = 2
+    metric: str = "validation_cost"
+    mode: Literal["min", "max"] = "min"
+    grace_period: int = 1
+    reduction_factor: int = 2
+    seed: int = 0
+    space: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for key in ("num_samples", "max_concurrent", "grace_period"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
+        require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, ">= 2")
+        require(bool(self.space), "space", self.space, "at least one parameter")
+        for key, spec in self.space.items():
+            where = f"space.{key}"
+            section = key.split(".", 1)[0]
+            require(section in ("train", "model") and "." in key, where, key, "train.F or model.F")
+            kind = spec.get("distribution")
+            require(kind in get_args(SearchDistribution), where, kind, str(SearchDistribution))
+            if kind == "choice":
+                require(bool(spec.get("values")), where, spec, "a non-empty values list")
+                continue
+            low, high = spec.get("low"), spec.get("high")
+            numbers = isinstance(low, int | float) and isinstance(high, int | float)
+            require(numbers and low < high, where, spec, "numeric low < high")
+            require(kind != "loguniform" or low > 0, where, spec, "low > 0 for loguniform")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """Deliberate failures, each once, in a trial not restored from a checkpoint, right after
+    that epoch's checkpoint (so the retry resumes from it): ``fail_at_epoch`` raises;
+    ``memory_spike_gb`` allocates (and holds, training on) that much memory after the first
+    epoch, for Ray's memory monitor to kill the trial."""
+
+    fail_at_epoch: int | None = None
+    memory_spike_gb: float | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        spike = self.memory_spike_gb
+        require(spike is None or spike > 0, "memory_spike_gb", spike, "> 0 or null")
+
+
+@dataclass(frozen=True)
+class ConsoleSpec:
+    """What a sweep prints (:mod:`orchestration.experiment.console`).
+
+    Attributes:
+        verbosity: ``events`` (one line per trial event and a summary), ``quiet`` (failures
+            and the summary) or ``tune`` (Tune's own reporter and Ray's INFO logging too).
+        report_every: epochs between a trial's progress lines (0: about ten per trial).
+    """
+
+    verbosity: Literal["quiet", "events", "tune"] = "events"
+    report_every: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(self.report_every >= 0, "report_every", self.report_every, ">= 0")
+
+
+__all__ = [
+    "AblationSpec",
+    "ClusterSpec",
+    "ConsoleSpec",
+    "DataSpec",
+    "FaultSpec",
+    "ModelSpec",
+    "SearchDistribution",
+    "SearchSpec",
+    "TaskSpec",
+    "TrackingSpec",
+]

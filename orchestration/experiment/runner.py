@@ -1,0 +1,334 @@
+"""One runner of Tune experiments: a sweep's trials, its MLflow parent run, resume and stop.
+
+Each sweep is one Tune experiment under ``cluster.storage/<name>`` and one MLflow parent run in
+``tracking.experiment``; its trials are nested MLflow runs (:mod:`orchestration.trial`). Before
+Ray starts, :func:`~orchestration.experiment.preflight.preflight` checks the storage, the data
+and the tracking store; the tracking target is resolved once here and handed to every trial.
+Re-running the same command resumes an interrupted experiment: finished trials keep their
+results, unfinished and errored ones continue from their newest intact checkpoint, and the
+parent run is re-opened where it belongs (:mod:`orchestration.tracking.sweep_runs`). SIGTERM or
+SIGINT stops a sweep gracefully (:mod:`orchestration.experiment.stopping`): its runs end KILLED
+and :class:`SweepInterrupted` says how to resume. The ablation (:mod:`.ablation`) and the
+search (:mod:`.search`) are sweeps run through :func:`run_experiment`; :func:`run_training` is
+a sweep of one trial.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+from ray import tune
+
+from linc_core.utils.typed import ConfigError
+from orchestration.config.platform import PlatformConfig
+from orchestration.data.storage import open_filesystem
+from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
+from orchestration.experiment.memory_kills import handle_memory_kills
+from orchestration.experiment.preflight import PreflightError, preflight
+from orchestration.experiment.schedulers import SweepFIFOScheduler
+from orchestration.experiment.stopping import (
+    PendingTimeout,
+    PendingTimeoutError,
+    SweepInterrupted,
+    stop_sweep_on_signals,
+)
+from orchestration.report.tables import ablation_table
+from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
+from orchestration.tracking.target import TrackingTarget
+from orchestration.tracking.writer import RunWriter
+from orchestration.trial.plan import TrialPlan
+from orchestration.trial.resources import placement
+from orchestration.trial.trainable import train_linc
+
+
+@dataclass
+class SweepResult:
+    name: str
+    parent_run_id: str
+    rows: list[dict[str, Any]]
+    table: str
+    experiment_path: str
+    tracking_uri: str
+
+
+@dataclass
+class Experiment:
+    """A finished (or resumed) Tune experiment and the MLflow parent run of its sweep.
+
+    ``parent`` is the one place the sweep's own params, metrics and artifacts are written
+    through (a :class:`~orchestration.tracking.writer.RunWriter`: it never raises).
+    """
+
+    results: tune.ResultGrid
+    parent: RunWriter
+    path: str
+    tracking: TrackingTarget
+    flush_timeout_s: float
+
+    @property
+    def parent_run_id(self) -> str:
+        assert self.parent.run_id is not None
+        return self.parent.run_id
+
+    def finish(
+        self, *, failed: bool, stopped: bool = False, report: Callable[[], None] | None = None
+    ) -> None:
+        """Settle the sweep's runs, then ``report`` (see
+        :func:`~orchestration.tracking.sweep_runs.finish_sweep`)."""
+        finish_sweep(
+            self.tracking,
+            self.parent,
+            self.results,
+            stopped=stopped,
+            failed=failed,
+            flush_timeout_s=self.flush_timeout_s,
+            report=report,
+        )
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where the Tune experiment lives: ``storage_filesystem`` (None: local) and paths in it."""
+
+    filesystem: Any
+    storage_path: str
+    experiment_path: str
+
+    @classmethod
+    def of(cls, config: PlatformConfig, name: str) -> _Place:
+        storage = config.cluster.storage_path()
+        filesystem = None
+        if "://" in storage:
+            filesystem, storage = open_filesystem(storage)
+        else:
+            Path(storage).mkdir(parents=True, exist_ok=True)
+        return cls(filesystem, storage, f"{storage.rstrip('/')}/{name}")
+
+
+class SweepSettingsChanged(ConfigError):
+    """The sweep on storage was started with other settings keys than this linc's."""
+
+
+def _restore_tuner(place: _Place, trainable: Any, param_space: dict[str, Any]) -> tune.Tuner:
+    """Tune's restore of the sweep at ``place``; a sweep whose settings have other keys (begun
+    by another linc version) is a one-line error naming them, not Ray's traceback."""
+    try:
+        return tune.Tuner.restore(
+            place.experiment_path,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=place.filesystem,
+        )
+    except ValueError as err:
+        if "param_space" not in str(err):
+            raise
+        saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
+        differ = ""
+        if saved is not None and ours is not None:
+            new, gone = sorted(ours - saved), sorted(saved - ours)
+            differ = (
+                f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
+            )
+        raise SweepSettingsChanged(
+            f"the sweep in {place.experiment_path} was started by a linc version with other "
+            f"settings{differ}; finish it with that version (its trial runs' git_commit tag "
+            "names it) or start the sweep afresh under another name"
+        ) from None
+
+
+def _listed_keys(message: str, label: str) -> set[str] | None:
+    """The key list Ray prints after ``label:`` in its param_space error, or None."""
+    for line in message.splitlines():
+        if line.startswith(f"{label}: ["):
+            try:
+                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
+            except (ValueError, SyntaxError):
+                return None
+    return None
+
+
+def run_experiment(
+    config: PlatformConfig,
+    sweep: dict[str, Any],
+    param_space: dict[str, Any],
+    *,
+    resume: bool = True,
+    tune_config: tune.TuneConfig | None = None,
+    label_keys: tuple[str, ...] = ("model.variant", "train.seed"),
+) -> Experiment:
+    """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
+
+    ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies;
+    ``label_keys`` the config keys that name a trial in the console lines.
+
+    Raises:
+        PreflightError: storage, data or tracking store unusable (before Ray starts).
+        SweepInterrupted: SIGTERM or SIGINT stopped the sweep (its runs are marked KILLED).
+        PendingTimeoutError: trials waited ``cluster.pending_timeout_s`` for a node.
+    """
+    name = sweep["name"]
+    # the one resolution of the tracking store: handed to the parent run and every trial
+    plan = TrialPlan.from_config(config, tracking=preflight(config))
+    place = _Place.of(config, name)
+    fs = place.filesystem
+    restore = resume and tune.Tuner.can_restore(place.experiment_path, storage_filesystem=fs)
+    try:
+        parent = open_parent_run(
+            plan.tracking,
+            sweep,
+            plan.params(sweep=sweep),
+            fs or pafs.LocalFileSystem(),
+            place.experiment_path,
+            restore,
+        )
+    except Exception as err:  # the store answered the pre-flight, then stopped answering
+        reason = " ".join(str(err).split())[:200]
+        message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
+        raise PreflightError(f"{message} ({reason})") from None
+    init_sweep_ray(config)
+    handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
+    # every trial logs to the driver's store, under this run's parent, wherever it began
+    tracking = plan.tracking.in_sweep(parent.run_id, name)
+    trainable = tune.with_resources(
+        tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage),
+        placement,  # per trial, from its own config: the memory its variant needs
+    )
+    experiment = Experiment(None, parent, place.experiment_path, tracking, tracking.flush_timeout_s)
+    with stop_sweep_on_signals() as stop:
+        try:
+            if restore:
+                tuner = _restore_tuner(place, trainable, param_space)
+                parent.set_status("RUNNING")
+            else:
+                tuner = _new_tuner(
+                    config, name, trainable, param_space, tune_config, place, label_keys
+                )
+            experiment.results = tuner.fit()
+        except KeyboardInterrupt:
+            stop.signal = stop.signal or "SIGINT"
+        except SweepSettingsChanged:
+            parent.close(timeout=plan.tracking.flush_timeout_s)  # nothing ran: status unchanged
+            raise
+        except BaseException as err:
+            experiment.finish(failed=True)
+            cause = _cause(err, PendingTimeoutError)
+            if cause is not None:
+                raise cause from None
+            raise
+    if stop.signal is not None:
+        # a preempted driver has its grace period, not the store's flush time
+        experiment.flush_timeout_s = min(
+            experiment.flush_timeout_s, config.cluster.preemption_grace_s
+        )
+        experiment.finish(failed=False, stopped=True)
+        raise SweepInterrupted(
+            f"{name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the same "
+            f"command to resume from each trial's newest checkpoint ({place.experiment_path})"
+        )
+    return experiment
+
+
+def _cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+    while err is not None and not isinstance(err, kind):
+        err = err.__cause__ or err.__context__
+    return err
+
+
+def _new_tuner(
+    config: PlatformConfig,
+    name: str,
+    trainable: Any,
+    param_space: dict[str, Any],
+    tune_config: tune.TuneConfig | None,
+    place: _Place,
+    label_keys: tuple[str, ...],
+) -> tune.Tuner:
+    cluster = config.cluster
+    callbacks: list[tune.Callback] = [trial_events(config, name, label_keys)]
+    if cluster.pending_timeout_s is not None:
+        callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune_config
+        or tune.TuneConfig(
+            max_concurrent_trials=cluster.max_concurrent_trials or None,
+            reuse_actors=cluster.reuse_actors,
+            scheduler=SweepFIFOScheduler(),  # keeps a moved sweep's new trials in its folder
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=place.storage_path,
+            storage_filesystem=place.filesystem,
+            failure_config=tune.FailureConfig(max_failures=cluster.max_failures),
+            # the last two: a trial whose newest checkpoint is damaged falls back to the other
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            callbacks=callbacks,
+            verbose=TUNE_VERBOSE[config.console.verbosity],
+        ),
+    )
+
+
+def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
+    """One trial (the config's variant and seed) as a Tune experiment."""
+    run = config.run
+    name = name or f"train-{run.variant}-{run.data.problem}-seed{run.train.seed}"
+    experiment = run_experiment(config, {"name": name, "kind": "train"}, config.raw)
+    results = experiment.results
+    rows = [result_row(r) for r in results]
+    failed = bool(results.errors)
+    experiment.finish(failed=failed)
+    if failed:
+        raise RuntimeError(f"{name}: trial failed: {results.errors[0]}")
+    return sweep_result(name, experiment, rows, ablation_table(rows, compare_to=None))
+
+
+def sweep_result(
+    name: str, experiment: Experiment, rows: list[dict[str, Any]], table: str
+) -> SweepResult:
+    return SweepResult(
+        name, experiment.parent_run_id, rows, table, experiment.path, experiment.tracking.uri
+    )
+
+
+def dotted_get(values: dict[str, Any], key: str) -> Any:
+    node: Any = values
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    config = result.config or {}
+    metrics = result.metrics or {}
+    return {
+        "variant": config.get("model", {}).get("variant"),
+        "seed": config.get("train", {}).get("seed"),
+        "eval_cost": metrics.get("eval_cost"),
+        "eval_infeasible": metrics.get("eval_infeasible"),
+        "validation_cost": metrics.get("validation_cost"),
+        "train_best_cost": metrics.get("train_best_cost"),
+        "epochs": metrics.get("epoch"),
+        "seconds": metrics.get("time_total_s"),
+        "peak_rss_gb": metrics.get("peak_rss_gb"),
+        "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+        "config": {key: dotted_get(config, key) for key in keys},
+    }
+
+
+__all__ = [
+    "Experiment",
+    "SweepResult",
+    "SweepSettingsChanged",
+    "dotted_get",
+    "result_row",
+    "run_experiment",
+    "run_training",
+    "sweep_result",
+]

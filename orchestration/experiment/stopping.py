@@ -1,0 +1,139 @@
+"""How a sweep stops before its end: a signal, or trials that no node can place.
+
+:func:`stop_sweep_on_signals` turns SIGTERM and SIGINT into Tune's own graceful stop (the
+handler Tune installs for SIGUSR1: trials are stopped, the experiment state is saved) and
+records which signal came, so that the driver marks its runs KILLED and a re-run of the same
+command resumes. A second signal stops at once. :class:`PendingTimeout` stops a sweep whose
+trials no node could place for ``cluster.pending_timeout_s`` while none runs, naming what
+they waited for, instead of waiting for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from ray import tune
+from ray.tune.experiment import Trial
+
+from orchestration.trial.resources import GIB
+
+logger = logging.getLogger(__name__)
+
+
+class SweepStopped(RuntimeError):
+    """A sweep that ended before its trials did, its state saved for a re-run; the entry points
+    print the message on one line and exit with ``exit_code``."""
+
+    exit_code = 1
+
+
+class SweepInterrupted(SweepStopped):
+    """The sweep was stopped by a signal; its state is saved and its runs are marked KILLED."""
+
+    exit_code = 128 + 15  # as a process ended by SIGTERM
+
+
+class SweepStop:
+    """Which signal stopped the sweep (None: it was not stopped)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+
+@contextmanager
+def stop_sweep_on_signals() -> Iterator[SweepStop]:
+    """SIGTERM and SIGINT stop a running ``Tuner.fit`` gracefully (see the module docstring).
+
+    Tune's own SIGINT handler is switched off (``TUNE_DISABLE_SIGINT_HANDLER``) so that both
+    signals take this one path. Outside the main thread nothing is installed.
+    """
+    stop = SweepStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.signal is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping at once")
+        stop.signal = signal.Signals(signum).name
+        logger.warning("%s: stopping the sweep (trials checkpoint; re-run to resume)", stop.signal)
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if callable(tune_stop):
+            tune_stop(signum, frame)  # Tune's graceful stop, installed while Tuner.fit runs
+        else:
+            raise KeyboardInterrupt(stop.signal)
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    switch = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    for signum in previous:
+        signal.signal(signum, handle)
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if switch is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = switch
+
+
+class PendingTimeoutError(SweepStopped):
+    """Trials no node could place for ``cluster.pending_timeout_s``, with nothing running."""
+
+
+class PendingTimeout(tune.Callback):
+    """Stop the sweep when trials have waited ``timeout_s`` to be placed and none runs.
+
+    Pending while others run is a queue (``max_concurrent_trials``, a full cluster); pending
+    with nothing running means no node offers what the trial asks for (a lost node, or a
+    reservation larger than any node), which would otherwise wait for ever. The error names each
+    waiting trial and its resources; the experiment state is saved, so the same command resumes
+    once nodes are there.
+    """
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._stuck_since: float | None = None
+
+    def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        pending = [t for t in trials if t.status == Trial.PENDING]
+        if not pending or any(t.status == Trial.RUNNING for t in trials):
+            self._stuck_since = None
+            return
+        now = time.monotonic()
+        self._stuck_since = self._stuck_since or now
+        if now - self._stuck_since < self.timeout_s:
+            return
+        waiting = "; ".join(
+            f"{t.trial_id} needs {_readable(t.placement_group_factory.required_resources)}"
+            for t in pending
+        )
+        raise PendingTimeoutError(
+            f"no trial could be placed for {now - self._stuck_since:.0f} s "
+            f"(cluster.pending_timeout_s={self.timeout_s:g}) and none is running: {waiting}"
+        )
+
+
+def _readable(resources: Mapping[str, float]) -> str:
+    shown = {k: (f"{v / GIB:.1f} GiB" if k == "memory" else f"{v:g}") for k, v in resources.items()}
+    return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items() if v not in ("0",)) + "}"
+
+
+__all__ = [
+    "PendingTimeout",
+    "PendingTimeoutError",
+    "SweepInterrupted",
+    "SweepStop",
+    "SweepStopped",
+    "stop_sweep_on_signals",
+]

@@ -1,0 +1,307 @@
+"""The ablation report: what a sweep's runs resolve, as tables and figures, from MLflow.
+
+``collect`` reads a sweep's finished trial runs back from the tracking store: each run's
+per-instance evaluation costs (its ``evaluation_rows.csv`` artifact) and its training curve
+(``train_best_cost`` per epoch). ``report_files`` turns them into what ``linc-ablation`` logs on
+the sweep's parent run and ``linc-report ablation --out`` writes:
+
+- ``ablation_statistics.md`` / ``.csv``: per variant the mean cost over seeds with its 95%
+  interval over seeds, the gap to the comparison variant paired by seed and instance with its
+  paired bootstrap 95% interval, and whether the sign of that gap is resolved
+  (``orchestration.report.statistics``);
+- ``ablation_chart.png``: the gaps with their intervals, the comparison row marked;
+- ``training_curves.png``: every variant's curve (mean over seeds, thin lines per seed);
+- ``pairwise_curves.png``: the paper's appendix figure: one panel per variant, the comparison
+  variant's curve against it, each with its band over seeds (min to max).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from linc_core.presets import PRESETS
+from orchestration.report.figures import Chart, ablation_chart, pairwise_curves, training_curves
+from orchestration.report.statistics import (
+    Interval,
+    VariantStatistics,
+    paired_gap_pct,
+    variant_statistics,
+)
+
+if TYPE_CHECKING:
+    from orchestration.tracking.target import TrackingTarget
+
+logger = logging.getLogger(__name__)
+
+EVALUATION_ROWS = "evaluation_rows.csv"
+CURVE_METRIC = "train_best_cost"
+
+History = list[tuple[int, float]]
+
+
+@dataclass
+class AblationData:
+    """A sweep's results as the report reads them.
+
+    Attributes:
+        rows: one per finished trial run: ``variant``, ``seed``, ``eval_cost``,
+            ``eval_infeasible``, ``seconds``, ``run_id`` (as ``linc-report`` builds them).
+        costs: ``{variant: {seed: {instance: cost}}}`` of the feasible evaluated instances.
+        histories: ``{variant: {seed: [(epoch, train_best_cost), ...]}}``.
+    """
+
+    rows: list[dict[str, Any]]
+    costs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    histories: dict[str, dict[int, History]] = field(default_factory=dict)
+
+
+def finished_trial_runs(
+    client: Any, experiment: str, *, sweep: str | None = None, parent_run_id: str | None = None
+) -> list[Any]:
+    """Finished trial runs (not sweep parents) of the MLflow experiment named ``experiment``,
+    optionally of one sweep (its ``sweep`` tag) or under one parent run.
+
+    Raises:
+        LookupError: no experiment of that name in the client's store.
+    """
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no MLflow experiment {experiment!r} at {client.tracking_uri}")
+    query = "attributes.status = 'FINISHED' and tags.variant != ''"
+    if sweep:
+        query += f" and tags.sweep = '{sweep}'"
+    if parent_run_id:
+        query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    return client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
+
+
+def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """One row per run: its id, variant, seed, sweep, evaluation set and results."""
+    rows = []
+    for run in runs:
+        metrics, tags = run.data.metrics, run.data.tags
+        rows.append(
+            {
+                "run_id": run.info.run_id,
+                "variant": tags.get("variant"),
+                "seed": tags.get("seed"),
+                "sweep": tags.get("sweep"),
+                "eval_set": tags.get("eval_set"),
+                "eval_cost": metrics.get("eval_cost"),
+                "eval_infeasible": metrics.get("eval_infeasible"),
+                "epochs": metrics.get("epoch"),
+                "parameters": metrics.get("num_parameters"),
+                "seconds": (run.info.end_time - run.info.start_time) / 1000.0
+                if run.info.end_time
+                else None,
+            }
+        )
+    return rows
+
+
+def evaluation_costs(csv_text: str) -> dict[str, float]:
+    """``{instance: cost}`` of the feasible rows of an ``evaluation_rows.csv``."""
+    costs = {}
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        cost = float(row["cost"]) if row.get("cost") not in (None, "", "nan") else math.nan
+        if row.get("feasible") == "True" and math.isfinite(cost):
+            costs[row["instance"]] = cost
+    return costs
+
+
+def collect(client: Any, rows: Sequence[Mapping[str, Any]]) -> AblationData:
+    """Per-instance costs and training curves of the trial runs ``rows`` (each with a
+    ``run_id``), read through an ``MlflowClient``. A run without an ``evaluation_rows.csv``
+    contributes its curve only: its variant gets no paired gap."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    data = AblationData([dict(r) for r in rows])
+    for row in data.rows:
+        variant, seed = row["variant"], int(row["seed"])
+        try:
+            path = client.download_artifacts(row["run_id"], EVALUATION_ROWS)
+        except Exception:  # noqa: BLE001 - a run logged without per-instance rows (older runs)
+            path = None
+        if path is not None:
+            with open(path, encoding="utf-8") as handle:
+                data.costs.setdefault(variant, {})[seed] = evaluation_costs(handle.read())
+        history = client.get_metric_history(row["run_id"], CURVE_METRIC)
+        points = sorted((int(m.step), float(m.value)) for m in history)
+        data.histories.setdefault(variant, {})[seed] = points
+    return data
+
+
+def _ordered(costs: Mapping[str, Any]) -> dict[str, Any]:
+    order = [v for v in PRESETS if v in costs] + sorted(set(costs) - set(PRESETS))
+    return {v: costs[v] for v in order}
+
+
+def _interval(value: Interval | None, digits: int = 2) -> str:
+    return "-" if value is None else f"[{value.low:+.{digits}f}, {value.high:+.{digits}f}]"
+
+
+def statistics(data: AblationData, compare_to: str | None) -> list[VariantStatistics]:
+    return variant_statistics(_ordered(data.costs), compare_to)
+
+
+def statistics_markdown(stats: Sequence[VariantStatistics], compare_to: str | None) -> str:
+    """The statistics table and one line saying what its intervals cover."""
+    title = PRESETS[compare_to].label if compare_to in PRESETS else str(compare_to)
+    lines = [
+        f"| Variant | Obj. | 95% CI (seeds) | Gap vs {title} (%) | 95% CI (paired bootstrap) "
+        "| Sign | Seeds |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in stats:
+        label = PRESETS[row.variant].label if row.variant in PRESETS else row.variant
+        obj_ci = (
+            "-"
+            if row.obj_interval is None
+            else f"[{row.obj_interval.low:.2f}, {row.obj_interval.high:.2f}]"
+        )
+        gap = "-" if row.gap_pct is None else f"{row.gap_pct:+.2f}"
+        sign = "reference" if row.variant == compare_to else (row.resolved or "-")
+        lines.append(
+            f"| {label} | {row.obj:.2f} | {obj_ci} | {gap} | {_interval(row.gap_interval)} "
+            f"| {sign} | {len(row.seeds)} |"
+        )
+    seeds = max((len(r.seeds) for r in stats), default=0)
+    instances = max((r.instances for r in stats), default=0)
+    lines.append("")
+    lines.append(
+        f"{seeds} seed(s) x {instances} instances. Obj.: mean cost over seeds and instances, its "
+        "interval a Student t interval over the seeds' means. Gap: mean paired difference to "
+        f"{title} in percent of its cost, paired by seed and instance, with a paired bootstrap "
+        "interval (seeds and instances resampled); 'not resolved': the interval contains 0"
+        + (
+            " (one seed: the interval covers instances only, not training seeds)."
+            if seeds == 1
+            else "."
+        )
+    )
+    return "\n".join(lines)
+
+
+def statistics_csv(stats: Sequence[VariantStatistics]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        ["variant", "seeds", "instances", "obj", "obj_low", "obj_high", "diff", "diff_low",
+         "diff_high", "gap_pct", "gap_low", "gap_high", "resolved"]
+    )  # fmt: skip
+
+    def parts(interval: Interval | None) -> list[Any]:
+        return ["", ""] if interval is None else [interval.low, interval.high]
+
+    for row in stats:
+        writer.writerow(
+            [row.variant, len(row.seeds), row.instances, row.obj, *parts(row.obj_interval)]
+            + ["" if row.diff is None else row.diff, *parts(row.diff_interval)]
+            + ["" if row.gap_pct is None else row.gap_pct, *parts(row.gap_interval)]
+            + [row.resolved or ""]
+        )
+    return buffer.getvalue().encode()
+
+
+def trial_gaps(data: AblationData, compare_to: str | None) -> dict[str, float]:
+    """``{run_id: gap_pct}``: each trial's paired gap to the ``compare_to`` trial of the same
+    seed, over the instances both evaluated
+    (:func:`~orchestration.report.statistics.paired_gap_pct`); the comparison's own trials get 0."""
+    gaps: dict[str, float] = {}
+    reference = data.costs.get(compare_to or "", {})
+    for row in data.rows:
+        seed = int(row["seed"])
+        ours = data.costs.get(row["variant"], {}).get(seed)
+        theirs = reference.get(seed)
+        if ours is None or theirs is None:
+            continue
+        gap = paired_gap_pct(ours, theirs)
+        if gap is not None:
+            gaps[row["run_id"]] = gap
+    return gaps
+
+
+def report_charts(
+    data: AblationData, compare_to: str | None, stats: Sequence[VariantStatistics] | None = None
+) -> dict[str, Chart]:
+    """``{file name: Chart}`` of the report's figures (module docstring); ``stats`` as
+    :func:`statistics` returns them, computed when not given."""
+    if stats is None:
+        stats = statistics(data, compare_to)
+    charts: dict[str, Chart] = {
+        "training_curves.png": training_curves(data.histories, reference=compare_to)
+    }
+    if compare_to is not None and compare_to in data.costs:
+        intervals = {
+            row.variant: (row.gap_interval.low, row.gap_interval.high)
+            for row in stats
+            if row.gap_interval is not None
+        }
+        gaps = {row.variant: row.gap_pct for row in stats}
+        charts["ablation_chart.png"] = ablation_chart(
+            data.rows, compare_to, gaps=gaps, intervals=intervals
+        )
+        charts["pairwise_curves.png"] = pairwise_curves(data.histories, compare_to)
+    return charts
+
+
+def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]:
+    """``{file name: bytes}`` of the report (module docstring)."""
+    stats = statistics(data, compare_to)
+    files = {
+        "ablation_statistics.md": (statistics_markdown(stats, compare_to) + "\n").encode(),
+        "ablation_statistics.csv": statistics_csv(stats),
+    }
+    charts = report_charts(data, compare_to, stats)
+    return files | {name: chart.png for name, chart in charts.items()}
+
+
+def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str | None) -> None:
+    """Write the report of the trial runs under the sweep's ``parent`` run (a
+    :class:`~orchestration.tracking.writer.RunWriter`) onto it as artifacts (:func:`report_files`),
+    and each trial run's paired gap to ``compare_to`` of its seed as its ``gap_pct`` metric
+    (:func:`trial_gaps`). ``tracking`` is the sweep's store and experiment. A store that does
+    not answer costs the report, with a warning naming the command that rebuilds it, never the
+    sweep."""
+    client = tracking.client()
+    try:
+        runs = finished_trial_runs(client, tracking.experiment, parent_run_id=parent.run_id)
+        data = collect(client, run_rows(runs))
+        compare = compare_to if compare_to in data.costs else None
+        files = report_files(data, compare)
+        for run_id, gap in trial_gaps(data, compare).items():
+            client.log_metric(run_id, "gap_pct", gap)
+    except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
+        logger.warning(
+            "ablation report not logged on run %s (%s); rebuild it with: linc-report ablation "
+            "--tracking-uri %s --experiment %s --out DIR",
+            parent.run_id,
+            " ".join(str(err).split())[:200],
+            tracking.uri,
+            tracking.experiment,
+        )
+        return
+    for name, content in files.items():
+        parent.log_bytes(content, f"report/{name}")
+
+
+__all__ = [
+    "AblationData",
+    "collect",
+    "evaluation_costs",
+    "finished_trial_runs",
+    "log_ablation_report",
+    "report_charts",
+    "report_files",
+    "run_rows",
+    "statistics",
+    "statistics_csv",
+    "statistics_markdown",
+    "trial_gaps",
+]

@@ -1,0 +1,74 @@
+"""The sweeps' tables from their result rows: the paper-shaped ablation table and the search's.
+
+A row is a trial's ``{"variant", "seed", "eval_cost", "eval_infeasible", "seconds", ...}``, from
+a finished Tune experiment (``orchestration.experiment``) or from MLflow runs
+(``linc-report``); nothing here needs Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from linc_core.presets import PRESETS
+from orchestration.config.sections import SearchSpec
+
+
+def aggregate_rows(rows: list[dict[str, Any]], compare_to: str | None) -> list[dict[str, Any]]:
+    """Mean over seeds per variant (in preset order) with the gap to ``compare_to`` in percent."""
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    order = [v for v in PRESETS if v in by_variant]
+    table = []
+    for variant in order:
+        runs = by_variant[variant]
+        costs = [r["eval_cost"] for r in runs if r["eval_cost"] is not None]
+        table.append(
+            {
+                "variant": variant,
+                "label": PRESETS[variant].label,
+                "seeds": len(runs),
+                "obj": sum(costs) / len(costs) if costs else None,
+                "infeasible": sum(r["eval_infeasible"] or 0 for r in runs),
+                "seconds": sum(r["seconds"] or 0 for r in runs) / len(runs),
+            }
+        )
+    baseline_obj = next((r["obj"] for r in table if r["variant"] == compare_to), None)
+    for row in table:
+        row["gap_pct"] = (
+            100.0 * (row["obj"] - baseline_obj) / baseline_obj
+            if row["obj"] is not None and baseline_obj
+            else None
+        )
+    return table
+
+
+def ablation_table(rows: list[dict[str, Any]], compare_to: str | None) -> str:
+    """Markdown shaped like the paper's ablation table: Variant, Obj., Gap vs ``compare_to``,
+    Time."""
+    gap_title = f"Gap vs {PRESETS[compare_to].label} (%)" if compare_to else "Gap (%)"
+    lines = [
+        f"| Variant | Obj. | {gap_title} | Infeasible | Seeds | Time (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in aggregate_rows(rows, compare_to):
+        obj = f"{row['obj']:.2f}" if row["obj"] is not None else "failed"
+        gap = f"{row['gap_pct']:+.2f}" if row["gap_pct"] is not None else "-"
+        lines.append(
+            f"| {row['label']} | {obj} | {gap} | {row['infeasible']:.0f} | {row['seeds']} "
+            f"| {row['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def search_table(rows: list[dict[str, Any]], spec: SearchSpec) -> str:
+    lines = [f"| trial | {spec.metric} | epochs | params |", "|---:|---:|---:|---|"]
+    ranked = sorted(rows, key=lambda r: (r.get(spec.metric) is None, r.get(spec.metric) or 0))
+    for index, row in enumerate(ranked):
+        value = row.get(spec.metric)
+        shown = f"{value:.4f}" if value is not None else "-"
+        lines.append(f"| {index} | {shown} | {row['epochs']} | {row['config']} |")
+    return "\n".join(lines)
+
+
+__all__ = ["ablation_table", "aggregate_rows", "search_table"]

@@ -1,0 +1,95 @@
+"""What one record of a :class:`~orchestration.tracking.writer.RunWriter` does to the MLflow store.
+
+Each function makes the store calls for one record (or one batch of metric records) and lets the
+store's errors through: the writer decides with :func:`is_permanent` whether to retry or drop.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# Errors that repeating the same record cannot fix.
+PERMANENT_ERRORS = frozenset(
+    {
+        "INVALID_PARAMETER_VALUE",
+        "RESOURCE_DOES_NOT_EXIST",
+        "RESOURCE_ALREADY_EXISTS",
+        "INVALID_STATE",
+        "BAD_REQUEST",
+    }
+)
+MAX_METRICS_PER_REQUEST = 1000
+
+
+def find_or_create_run(client: Any, create: dict[str, Any] | None) -> tuple[str, bool]:
+    """(run id, whether it existed): the experiment's run with the ``key`` tags, else a new one."""
+    from orchestration.tracking.store import ensure_experiment
+
+    assert create is not None
+    experiment_id = ensure_experiment(client.tracking_uri, create["experiment"])
+    condition = " and ".join(f"tags.`{k}` = '{v}'" for k, v in create["key"].items())
+    found = client.search_runs([experiment_id], filter_string=condition, max_results=1)
+    if found:
+        return found[0].info.run_id, True
+    run = client.create_run(experiment_id, run_name=create["run_name"], tags=create["tags"])
+    return run.info.run_id, False
+
+
+def send(
+    client: Any, run_id: str, batch: list[dict[str, Any]], spool: Path, known: set[tuple[str, int]]
+) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    first = batch[0]
+    if first["op"] == "metrics":
+        metrics = [
+            Metric(key, value, record["timestamp"], record["step"])
+            for record in batch
+            for key, value in record["values"].items()
+            if (key, record["step"]) not in known
+        ]
+        if metrics:
+            client.log_batch(run_id, metrics=metrics)
+        known.update((m.key, m.step) for m in metrics)
+    elif first["op"] == "params":
+        params = [Param(k, v) for k, v in first["values"].items()]
+        client.log_batch(run_id, params=params)
+    elif first["op"] == "tags":
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in first["values"].items()])
+    elif first["op"] == "artifact":
+        # the artifact keeps its own name, not the spool's unique one
+        with tempfile.TemporaryDirectory(prefix="linc-artifact-") as folder:
+            local = Path(folder) / first["name"]
+            shutil.copyfile(spool / first["file"], local)
+            client.log_artifact(run_id, str(local), first["path"])
+        (spool / first["file"]).unlink(missing_ok=True)
+    elif first["op"] == "status":
+        if first["status"] == "RUNNING":
+            client.update_run(run_id, status="RUNNING")
+        else:
+            client.set_terminated(run_id, status=first["status"])
+
+
+def is_permanent(err: Exception) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(err, MlflowException):
+        return err.error_code in PERMANENT_ERRORS
+    return not isinstance(err, OSError)  # a bug, not an outage: do not retry it forever
+
+
+def reason(err: Exception) -> str:
+    return " ".join(str(err).split())[:300]
+
+
+__all__ = [
+    "MAX_METRICS_PER_REQUEST",
+    "PERMANENT_ERRORS",
+    "find_or_create_run",
+    "is_permanent",
+    "reason",
+    "send",
+]

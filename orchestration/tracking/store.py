@@ -1,0 +1,165 @@
+"""MLflow helpers: the tracking URI, safe parameter flattening, a fit() callback.
+
+MLflow 3.17 keeps the plain ``./mlruns`` file store in maintenance mode, so the local default is a
+SQLite database (``sqlite:///ABSOLUTE/PATH/mlflow.db``); :func:`resolve_tracking_uri` is the one
+place that picks the store. Parameters are flattened to dotted keys,
+values are truncated to MLflow's length limit and anything whose key looks like a credential is
+dropped before it can reach the tracking store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from linc_core.utils.typed import ConfigError
+
+# A trial's run is nested under its sweep's parent run (MLflow's own tag) and found again on a
+# retry by the Tune trial id it carries.
+PARENT_RUN_TAG = "mlflow.parentRunId"
+TRIAL_TAG = "linc.trial_id"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+# A view of the runs table kept on the experiment, as the MLflow UI's "share view" stores it.
+RUNS_VIEW = "linc-runs"
+RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW}"
+RUNS_TABLE_METRICS = (
+    "eval_cost",
+    "gap_pct",
+    "eval_infeasible",
+    "train_best_cost",
+    "validation_cost",
+    "epoch",
+    "peak_rss_gb",
+)
+
+
+def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -> str:
+    """The MLflow tracking store: ``uri`` if given, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///ABS/PATH/mlflow.db`` in the local folder ``storage`` (created if missing).
+
+    Raises:
+        ConfigError: no URI is given or set and ``storage`` is remote (``s3://...``), where a
+            SQLite file cannot live.
+    """
+    if uri:
+        return uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if "://" in str(storage):
+        raise ConfigError(
+            f"tracking.uri: required when cluster.storage is remote ({str(storage)!r}); set it "
+            "or MLFLOW_TRACKING_URI"
+        )
+    folder = Path(storage).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def runs_view_state() -> str:
+    """The runs table linc's experiments open with (the MLflow UI's shared view state, JSON):
+    variant, seed and the metrics that compare runs as columns, best evaluation cost first.
+    :func:`runs_view_url` links to it."""
+    columns = [f"tags.`{key}`" for key in ("variant", "seed")]
+    columns += [f"metrics.`{key}`" for key in RUNS_TABLE_METRICS]
+    columns.append("attributes.`Duration`")
+    state = {
+        "selectedColumns": columns,
+        "orderByKey": "metrics.`eval_cost`",
+        "orderByAsc": True,
+        "runsHiddenMode": "SHOW_ALL",
+    }
+    return json.dumps(state)
+
+
+def runs_view_url(ui_address: str, experiment_id: str) -> str:
+    """The MLflow UI page of ``experiment_id`` with :func:`runs_view_state`'s table (in the UI's
+    model-training mode: it opens in its GenAI mode otherwise)."""
+    page = f"{ui_address.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return f"{page}?workflowType=machine_learning&viewStateShareKey={RUNS_VIEW}"
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: beside a SQLite store, in ``mlartifacts/`` of its
+    folder (so the storage folder holds runs and artifacts together, wherever the command ran);
+    None for a tracking server, whose ``--default-artifact-root`` decides."""
+    if tracking_uri.startswith("sqlite:///"):
+        return str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    return None
+
+
+def follow_moved_store(tracking_uri: str, experiment_id: str, location: str) -> bool:
+    """Point a moved SQLite store's experiment back beside it; True if it was moved.
+
+    A SQLite store keeps its experiments' artifact folder as an absolute path. When the storage
+    folder (store and ``mlartifacts/`` together) was moved, that path names the old place: new
+    runs would write their artifacts there and the moved runs' artifacts would not be found. If
+    ``location`` is another folder's ``mlartifacts`` whose store is gone, the experiment and its
+    runs are re-pointed to this store's :func:`artifact_location`. A copied folder (the original
+    store still there) and any other layout are left as they are.
+    """
+    expected = artifact_location(tracking_uri)
+    old = location.removeprefix("file://")
+    if expected is None or old == expected or Path(old).name != "mlartifacts":
+        return False
+    if (Path(old).parent / "mlflow.db").exists():
+        return False
+    database = tracking_uri.removeprefix("sqlite:///")
+    with sqlite3.connect(database, timeout=30) as connection:
+        connection.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+            (expected, int(experiment_id)),
+        )
+        connection.execute(
+            "UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+            "WHERE experiment_id = ? AND artifact_uri LIKE ? || '%'",
+            (expected, len(location) + 1, int(experiment_id), location),
+        )
+    return True
+
+
+def ensure_experiment(tracking_uri: str, name: str) -> str:
+    """The id of experiment ``name`` in ``tracking_uri``, creating it (race-safe) if missing,
+    with its artifacts at :func:`artifact_location` and MLflow's experiment kind tag (model
+    training, so the UI opens on the runs table rather than on traces)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        follow_moved_store(tracking_uri, found.experiment_id, found.artifact_location)
+        if RUNS_VIEW_TAG not in found.tags:  # an experiment an older linc created
+            client.set_experiment_tag(found.experiment_id, RUNS_VIEW_TAG, runs_view_state())
+        return found.experiment_id
+    try:
+        return client.create_experiment(
+            name,
+            artifact_location=artifact_location(tracking_uri),
+            tags={
+                EXPERIMENT_KIND_TAG: "custom_model_development",
+                RUNS_VIEW_TAG: runs_view_state(),
+            },
+        )
+    except MlflowException:  # another process created it in between
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+__all__ = [
+    "EXPERIMENT_KIND_TAG",
+    "PARENT_RUN_TAG",
+    "RUNS_TABLE_METRICS",
+    "RUNS_VIEW",
+    "RUNS_VIEW_TAG",
+    "TRIAL_TAG",
+    "artifact_location",
+    "ensure_experiment",
+    "follow_moved_store",
+    "resolve_tracking_uri",
+    "runs_view_state",
+    "runs_view_url",
+]

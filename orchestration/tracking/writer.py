@@ -1,0 +1,394 @@
+"""The one way linc writes to MLflow: a run writer that never raises into training.
+
+Every param, metric, tag, artifact and status of a trial's run and of a sweep's parent run goes
+through a :class:`RunWriter`. A call only appends a record to an in-memory queue (artifacts are
+copied into the writer's spool folder first); a background thread delivers the records in order.
+When the tracking store does not answer, the thread keeps the records, warns once per outage
+(naming the store's address), retries with a capped backoff and replays everything in order
+when the store answers again. Training never waits on the store, except at :meth:`flush`.
+
+Exactly once. A metric is identified by (key, step). A writer that joins an existing run (a
+retried or resumed trial) first reads the run's metric histories and drops every (key, step)
+already there; after any failed delivery it reads them again before re-sending (the store may
+have applied a request whose answer was lost). Params, tags, artifacts and statuses are
+idempotent. A record the store refuses for good (a changed param, a deleted run) is dropped
+with a warning, so one bad record never blocks the rest.
+
+Durable. :meth:`save` writes the undelivered records (and their artifact files) into a folder,
+the trial's checkpoint, which Tune persists to the trial's storage; :meth:`restore` takes them
+back on the next attempt, or in the driver at the end of the sweep. A record logged after the
+last checkpoint is lost with its process only if it would be logged again: a restored trial
+re-trains those epochs.
+
+The run. :meth:`attach` names an existing run (the sweep's parent). For a trial, :meth:`start`
+describes the run to create; the thread first looks for a run of the same experiment with the
+same ``key`` tags (an earlier attempt's run whose id never reached a checkpoint) and creates one
+only if there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from linc_core.utils.atomic import write_atomic
+from orchestration.tracking.records import (
+    MAX_METRICS_PER_REQUEST,
+    find_or_create_run,
+    is_permanent,
+    reason,
+    send,
+)
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_FILE = "tracking_journal.json"
+JOURNAL_ARTIFACTS = "tracking_artifacts"
+# A request to the store fails fast; the writer's own loop does the retrying (MLflow's default is
+# 7 retries with backoff, about 4 minutes, during which the calling thread is frozen).
+REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+MAX_BACKOFF_S = 30.0
+
+
+class RunWriter:
+    """Ordered, buffered, never-raising writes to one MLflow run (see the module docstring).
+
+    Args:
+        tracking_uri: the store.
+        spool: folder for artifact copies awaiting delivery (default: a new temporary folder).
+    """
+
+    def __init__(self, tracking_uri: str, spool: str | Path | None = None):
+        for name, value in REQUEST_SETTINGS.items():
+            os.environ.setdefault(name, value)
+        self.tracking_uri = tracking_uri
+        self.run_id: str | None = None
+        self._spool = Path(spool or tempfile.mkdtemp(prefix="linc-tracking-"))
+        self._spool.mkdir(parents=True, exist_ok=True)
+        self._create: dict[str, Any] | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._known: set[tuple[str, int]] = set()
+        self._verify = False
+        self._lock = threading.Condition()
+        self._closed = False
+        self._outage_since: float | None = None
+        self._thread = threading.Thread(target=self._deliver_forever, name="linc-run-writer")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # -- which run -------------------------------------------------------------------------
+    def attach(self, run_id: str) -> RunWriter:
+        """Write to the existing run ``run_id`` (its logged metric steps are not repeated)."""
+        with self._lock:
+            self.run_id, self._verify = run_id, True
+            self._lock.notify_all()
+        return self
+
+    def start(
+        self,
+        experiment: str,
+        run_name: str,
+        tags: Mapping[str, str],
+        key: Mapping[str, str],
+        journal: str | Path | None = None,
+    ) -> RunWriter:
+        """Create (or find, by its ``key`` tags) the run to write to, in the background; with
+        ``journal``, first take back a saved journal (:meth:`restore`)."""
+        create = {
+            "experiment": experiment,
+            "run_name": run_name,
+            "tags": dict(tags) | dict(key),
+            "key": dict(key),
+        }
+        saved = self._load(journal) if journal is not None else None
+        with self._lock:
+            self._create = create
+            if saved is not None:
+                self._take_back(saved)
+            self._lock.notify_all()
+        return self
+
+    # -- what to write (the calls of the ``mlflow`` module linc uses) ----------------------
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._append({"op": "params", "values": {k: str(v) for k, v in params.items()}})
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        values = {k: float(v) for k, v in metrics.items()}
+        stamp = int(time.time() * 1000)
+        self._append({"op": "metrics", "values": values, "step": step or 0, "timestamp": stamp})
+
+    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
+        self.log_metrics({key: value}, step)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        self._append({"op": "tags", "values": {k: str(v) for k, v in tags.items()}})
+
+    def set_tag(self, key: str, value: Any) -> None:
+        self.set_tags({key: value})
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        """Copy ``local_path`` into the spool now (the caller may delete it) and queue it."""
+        source = Path(local_path)
+        name = f"{uuid.uuid4().hex[:12]}-{source.name}"
+        try:
+            shutil.copyfile(source, self._spool / name)
+        except OSError as err:
+            logger.warning("tracking: artifact %s not logged: %s", source, err)
+            return
+        self._append({"op": "artifact", "file": name, "name": source.name, "path": artifact_path})
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.log_bytes(text.encode(), artifact_file)
+
+    def log_bytes(self, content: bytes, artifact_file: str) -> None:
+        """Queue ``content`` as the artifact ``artifact_file`` (``folder/name``; a PNG, a CSV)."""
+        folder, _, name = artifact_file.rpartition("/")
+        local = self._spool / f"{uuid.uuid4().hex[:12]}-{name}"
+        write_atomic(local, content)
+        self._append({"op": "artifact", "file": local.name, "name": name, "path": folder or None})
+
+    def log_dict(self, values: Any, artifact_file: str) -> None:
+        self.log_text(json.dumps(values, indent=2, default=str), artifact_file)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        folder, _, name = artifact_file.rpartition("/")
+        local = self._spool / f"{uuid.uuid4().hex[:12]}-{name}"
+        figure.savefig(local)
+        self._append({"op": "artifact", "file": local.name, "name": name, "path": folder or None})
+
+    def set_status(self, status: str) -> None:
+        """Queue the run's status: ``RUNNING`` (again), or a final ``FINISHED``, ``FAILED``,
+        ``KILLED``."""
+        self._append({"op": "status", "status": status})
+
+    def end_run(self, status: str = "FINISHED") -> None:
+        self.set_status(status)
+
+    def log_history(self, history: list[Mapping[str, Any]], keys: tuple[str, ...]) -> None:
+        """Queue each epoch record's ``keys`` at step ``epoch`` (what a restored checkpoint has
+        seen); steps the run already holds are not logged again."""
+        for record in history:
+            values = {k: record[k] for k in keys if record.get(k) is not None}
+            if values:
+                self.log_metrics(values, step=int(record["epoch"]))
+
+    # -- delivery --------------------------------------------------------------------------
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending) + (self.run_id is None and self._create is not None)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every record is delivered; True if it was."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._lock.notify_all()
+            while self._pending or (self.run_id is None and self._create is not None):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 1.0))
+        return True
+
+    def close(self, timeout: float) -> bool:
+        """:meth:`flush`, then stop the thread; warns when records remain undelivered."""
+        delivered = self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if not delivered:
+            logger.warning(
+                "tracking store %s: %d record(s) not delivered after %.0f s",
+                self.tracking_uri,
+                self.pending(),
+                timeout,
+            )
+        return delivered
+
+    # -- durability ------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        """Write the undelivered records (and their artifact files) into ``folder``."""
+        folder = Path(folder)
+        with self._lock:
+            records = list(self._pending)
+            state = {"tracking_uri": self.tracking_uri, "run_id": self.run_id}
+            state |= {"create": self._create, "pending": records}
+        artifacts = folder / JOURNAL_ARTIFACTS
+        shutil.rmtree(artifacts, ignore_errors=True)
+        for record in records:
+            if record["op"] == "artifact":
+                artifacts.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self._spool / record["file"], artifacts / record["file"])
+        write_atomic(folder / JOURNAL_FILE, json.dumps(state).encode())
+
+    def restore(self, folder: str | Path) -> bool:
+        """Queue a saved journal's records ahead of any new ones.
+
+        The saved run is kept only when it is this writer's: the same store and, for a writer
+        that :meth:`start`-ed, the same ``key`` (a copied sweep's trials have another parent).
+        Else the records go to this writer's run. A writer with no run of its own takes the
+        journal's description of the run to create. Returns True when the saved run is kept.
+        """
+        saved = self._load(folder)
+        with self._lock:
+            kept = saved is not None and self._take_back(saved)
+            self._lock.notify_all()
+        return kept
+
+    def _load(self, folder: str | Path) -> dict[str, Any] | None:
+        """A saved journal, its artifact files copied into the spool; None if there is none."""
+        folder = Path(folder)
+        try:
+            state = json.loads((folder / JOURNAL_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        records = []
+        for record in state.get("pending") or []:
+            if record["op"] == "artifact":
+                source = folder / JOURNAL_ARTIFACTS / record["file"]
+                if not source.exists():
+                    continue
+                shutil.copyfile(source, self._spool / record["file"])
+            records.append(record)
+        return state | {"pending": records}
+
+    def _take_back(self, state: dict[str, Any]) -> bool:
+        """Apply a loaded journal (the lock is held)."""
+        saved = state.get("create") or {}
+        if self._create is None and self.run_id is None:
+            self._create = state.get("create")
+        mine = self._create is None or saved.get("key") == self._create.get("key")
+        kept = bool(state.get("tracking_uri") == self.tracking_uri and mine and state["run_id"])
+        if kept and self.run_id is None:
+            self.run_id = state["run_id"]
+        self._pending[:0] = state["pending"]
+        self._verify = True
+        return kept
+
+    # -- the delivery thread ---------------------------------------------------------------
+    def _append(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._pending.append(record)
+            self._lock.notify_all()
+
+    def _deliver_forever(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        failures = 0
+        while True:
+            with self._lock:
+                while not self._closed and not self._work_waiting():
+                    self._lock.wait()
+                if self._closed:
+                    return
+            try:
+                self._deliver_next(client)
+            except Exception as err:  # noqa: BLE001 - nothing may reach the training thread
+                if is_permanent(err):
+                    self._drop_first(err)
+                    continue
+                failures += 1
+                self._note_outage(err)
+                with self._lock:
+                    self._verify = True
+                    self._lock.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 6)))
+                continue
+            failures = 0
+            self._note_recovery()
+
+    def _work_waiting(self) -> bool:
+        return bool(self._pending) or (self.run_id is None and self._create is not None)
+
+    def _deliver_next(self, client: Any) -> None:
+        if self.run_id is None:
+            run_id, found = find_or_create_run(client, self._create)
+            with self._lock:
+                self.run_id, self._verify = run_id, self._verify or found
+                self._lock.notify_all()
+        with self._lock:
+            verify = self._verify and any(r["op"] == "metrics" for r in self._pending)
+        if verify:
+            self._read_known_steps(client)
+        with self._lock:
+            if not self._pending:
+                return
+            batch = self._next_batch()
+        send(client, self.run_id, batch, self._spool, self._known)
+        with self._lock:
+            del self._pending[: len(batch)]
+            self._lock.notify_all()
+
+    def _next_batch(self) -> list[dict[str, Any]]:
+        """The first record, with the metric records right after it when it is one."""
+        first = self._pending[0]
+        if first["op"] != "metrics":
+            return [first]
+        batch, count = [], 0
+        for record in self._pending:
+            if record["op"] != "metrics" or count + len(record["values"]) > MAX_METRICS_PER_REQUEST:
+                break
+            batch.append(record)
+            count += len(record["values"])
+        return batch or [first]
+
+    def _read_known_steps(self, client: Any) -> None:
+        """Every (key, step) the run holds (all its keys: more records may come later)."""
+        keys = client.get_run(self.run_id).data.metrics
+        history = client.get_metric_history
+        known = {(k, m.step) for k in sorted(keys) for m in history(self.run_id, k)}
+        with self._lock:
+            self._known |= known
+            self._verify = False
+
+    def _drop_first(self, err: Exception) -> None:
+        with self._lock:
+            if self.run_id is None:  # the run cannot be created: nothing to write to
+                what = f"run {self._create and self._create['run_name']!r} and its records"
+                self._create = None
+                self._pending.clear()
+            else:
+                what = _describe(self._pending.pop(0)) if self._pending else "a run check"
+            self._lock.notify_all()
+        logger.warning(
+            "tracking store %s refused %s for good, dropped: %s",
+            self.tracking_uri,
+            what,
+            reason(err),
+        )
+
+    def _note_outage(self, err: Exception) -> None:
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            logger.warning(
+                "tracking store %s unreachable (%s); training continues, %d record(s) kept "
+                "and replayed in order when it answers",
+                self.tracking_uri,
+                reason(err),
+                self.pending(),
+            )
+
+    def _note_recovery(self) -> None:
+        if self._outage_since is not None:
+            logger.warning(
+                "tracking store %s answers again after %.0f s",
+                self.tracking_uri,
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+
+
+def _describe(record: dict[str, Any]) -> str:
+    keys = sorted(record.get("values") or {})[:5]
+    return f"{record['op']} {keys or record.get('name') or record.get('status')}"
+
+
+__all__ = ["JOURNAL_FILE", "REQUEST_SETTINGS", "RunWriter"]

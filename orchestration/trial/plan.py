@@ -1,0 +1,94 @@
+"""The trial plan: what one Tune trial runs, resolved once from its config on the worker.
+
+Tune hands each trial a plain mapping (the composed config with the trial's variant, seed or
+searched values filled in: Tune needs a mapping for grid search, restore and Optuna).
+:meth:`TrialPlan.from_mapping` resolves it once into the run
+(:class:`linc_core.runs.plan.RunPlan`: effective model and training configs, data, validation
+and evaluation sources) and the platform around it: the resources and the fault injection. The
+tracking target (store, experiment, parent run, sweep) is the driver's, handed down with the
+mapping, never resolved again here. The trainable then reads the plan and nothing else; the plan's
+:meth:`~TrialPlan.params` are what the trial logs to MLflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from linc_core.runs.plan import RunPlan
+from orchestration.config.platform import PlatformConfig
+from orchestration.config.sections import ClusterSpec, FaultSpec
+from orchestration.tracking.params import flatten_params
+from orchestration.tracking.target import TrackingTarget
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """The effective settings of one trial (see the module docstring)."""
+
+    run: RunPlan
+    tracking: TrackingTarget
+    resources: ClusterSpec
+    fault: FaultSpec
+
+    @classmethod
+    def from_config(
+        cls, config: PlatformConfig, tracking: TrackingTarget | None = None
+    ) -> TrialPlan:
+        """The plan of ``config``'s own trial, logging to ``tracking`` (None: resolved here
+        from the config, creating a local store)."""
+        if tracking is None:
+            tracking = TrackingTarget.resolve(config.tracking, config.cluster.storage_path())
+        return cls(config.run, tracking, config.cluster, config.fault)
+
+    @classmethod
+    def from_mapping(
+        cls,
+        values: Mapping[str, Any],
+        tracking: TrackingTarget | None = None,
+        storage: str | None = None,
+    ) -> TrialPlan:
+        """Validate and resolve a trial's config (Tune's mapping).
+
+        ``tracking`` and ``storage`` (the sweep driver's, decided on every run of the sweep)
+        replace what the mapping says: a restored trial's mapping is the one it was first given,
+        which may name another store or folder (a moved sweep, a changed ``tracking.uri``).
+        """
+        config = PlatformConfig.from_mapping(values)
+        if storage is not None:
+            cluster = dataclasses.replace(config.cluster, storage=storage)
+            config = dataclasses.replace(config, cluster=cluster)
+        return cls.from_config(config, tracking)
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.run.variant}-seed{self.run.train.seed}"
+
+    def settings(self) -> dict[str, Any]:
+        """The run's effective settings, the resources and the fault injection, nested."""
+        return self.run.settings() | {
+            "resources": dataclasses.asdict(self.resources),
+            "fault": dataclasses.asdict(self.fault),
+            "tracking": {"experiment": self.tracking.experiment, "sweep": self.tracking.sweep},
+        }
+
+    def params(self, data_id: str | None = None, **extra: Any) -> dict[str, str]:
+        """The MLflow params: :meth:`settings` (plus ``data.id`` and ``extra`` sections)
+        flattened to dotted keys; a setting that does not apply (None) is left out."""
+        settings = self.settings() | extra
+        if data_id is not None:
+            settings["data"] = settings["data"] | {"id": data_id}
+        return flatten_params(_without_none(settings))
+
+
+def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: _without_none(v) if isinstance(v, Mapping) else v
+        for k, v in values.items()
+        if v is not None
+    }
+
+
+__all__ = ["TrialPlan"]

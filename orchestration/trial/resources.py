@@ -1,0 +1,71 @@
+"""What a trial reserves, memory included, and what happens when no node can give it.
+
+Ray schedules by declared resources and its memory monitor kills by use. A trial therefore
+declares the memory it needs (Ray's ``memory`` resource): ``cluster.memory_per_trial_gb``, or the
+estimate of its own plan (:func:`linc_core.runs.memory.estimate_run_memory`: model, batch, rollouts,
+size, decoding), so Tune never starts trials side by side on a node they do not fit together.
+Each trial's reservation is computed from that trial's own config (an ablation's variants
+differ). A trial the memory monitor kills anyway is a failed trial (Ray's ``OutOfMemoryError``),
+retried per ``cluster.max_failures`` like any other failure.
+
+:class:`PendingTimeout` stops a sweep whose trials no node could place for
+``cluster.pending_timeout_s`` while none runs, naming what they waited for, instead of waiting
+for ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ray import tune
+
+from linc_core.runs.memory import estimate_run_memory
+from linc_core.runs.plan import RunPlan
+from orchestration.config.platform import PlatformConfig
+from orchestration.config.sections import ClusterSpec
+
+GIB = 1 << 30
+MEMORY_STEP = GIB // 4
+
+
+def memory_bytes(cluster: ClusterSpec, run: RunPlan) -> int:
+    """The memory one trial process (or one data-parallel worker) reserves: the estimate is
+    rounded up to ``MEMORY_STEP``, so that variants of about the same size ask for the same
+    resources (Tune reuses a finished trial's process only for an identical request)."""
+    if cluster.memory_per_trial_gb is not None:
+        return int(cluster.memory_per_trial_gb * GIB / cluster.num_workers)
+    estimate = estimate_run_memory(run, workers=cluster.num_workers)
+    return -(-estimate // MEMORY_STEP) * MEMORY_STEP
+
+
+def trial_resources(cluster: ClusterSpec, run: RunPlan) -> dict[str, float]:
+    """Tune resources of one trial (a data-parallel trial's workers reserve their own)."""
+    if cluster.num_workers > 1:
+        # the workers reserve their own resources; Tune refuses an all-zero request
+        return {"cpu": 0.0, "memory": 1}
+    resources = {"cpu": cluster.cpus_per_trial, "gpu": cluster.gpus_per_trial}
+    memory = memory_bytes(cluster, run)
+    return resources | ({"memory": memory} if memory else {}) | cluster.custom_resources
+
+
+def worker_resources(cluster: ClusterSpec, run: RunPlan) -> dict[str, float]:
+    """Ray resources of each data-parallel worker."""
+    resources = {"CPU": cluster.cpus_per_worker}
+    memory = memory_bytes(cluster, run)
+    if memory:
+        resources["memory"] = memory
+    if cluster.gpus_per_worker:
+        resources["GPU"] = cluster.gpus_per_worker
+    return resources | cluster.custom_resources
+
+
+def placement(trial_config: Mapping[str, Any]) -> tune.PlacementGroupFactory:
+    """``tune.with_resources``' per-trial resources: from the trial's own config."""
+    config = PlatformConfig.from_mapping(trial_config)
+    spec = trial_resources(config.cluster, config.run)
+    bundle = {"CPU": spec.pop("cpu"), "GPU": spec.pop("gpu", 0.0)} | spec
+    return tune.PlacementGroupFactory([bundle])
+
+
+__all__ = ["GIB", "MEMORY_STEP", "memory_bytes", "placement", "trial_resources", "worker_resources"]

@@ -1,0 +1,332 @@
+"""The Ray Tune trainable: one trial trains one (variant, seed, hyper-parameters) with ``fit``.
+
+A trial receives the whole composed platform mapping (see :mod:`orchestration.config`) with its
+own ``model.variant`` and ``train.seed`` filled in, resolves it once into a
+:class:`~orchestration.trial.plan.TrialPlan` (a trial never runs an unchecked config), and then runs
+in a straight line:
+
+1. data: the plan's training batches (fresh generated ones, a Parquet data set from
+   ``linc-generate`` whose manifest checksum identifies the data in checkpoints and MLflow, or
+   the Solomon-50 set) and validation set;
+2. restore: the newest intact checkpoint of the trial on its storage, verified
+   (:mod:`orchestration.trial.checkpoints`), with the tracking journal saved in it;
+3. tracking: every write goes through a :class:`~orchestration.tracking.writer.RunWriter`, which
+   never raises into training: the trial's MLflow run (found again by its trial id on a retry or
+   resume, else created) is nested under the sweep's parent run, with the plan's effective
+   settings as params, the variant, seed, git commit and data id as tags, and the node, process
+   and attempt refreshed on every attempt; a restored trial's epochs are logged exactly once;
+4. policy and fit: trains, reporting every epoch's record to Tune together with a checkpoint
+   folder holding ``latest.pt``, its manifest and the tracking journal; a retried or resumed
+   trial continues bit-identically (``fit`` derives every random stream from (seed, step)). A
+   SIGTERM to the trial's process checkpoints the current step first
+   (:mod:`orchestration.trial.preemption`);
+5. evaluation: the final policy on the plan's evaluation set; the per-instance rows and a route
+   plot are logged as artifacts and ``eval_cost`` is reported to Tune. The run is then flushed
+   (``tracking.flush_timeout_s``); what the store did not take by then stays in the final
+   checkpoint's journal, which the sweep driver replays.
+
+Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
+(:mod:`orchestration.trial.data_parallel`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+
+from linc_core.model import LincPolicy
+from linc_core.runs.plan import data_id, evaluation_set, training_data, validation_set
+from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
+from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
+from linc_core.utils.runtime import (
+    import_in_background,
+    peak_rss_gb,
+    release_free_heap,
+    reset_peak_rss,
+    tune_cpu_allocator,
+)
+from orchestration.config.sections import FaultSpec
+from orchestration.data.storage import open_filesystem
+from orchestration.tracking.fit_metrics import EPOCH_METRICS, MLflowCallback
+from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
+from orchestration.tracking.target import TrackingTarget
+from orchestration.tracking.writer import RunWriter
+from orchestration.trial.checkpoints import (
+    PREEMPTED_PREFIX,
+    Restored,
+    TrialStorage,
+    next_attempt,
+    persist,
+    remove_preempted,
+    restore_newest_intact,
+)
+from orchestration.trial.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
+from orchestration.trial.plan import TrialPlan
+from orchestration.trial.preemption import TrialGuard
+from orchestration.trial.resources import worker_resources
+
+
+class InjectedFault(RuntimeError):
+    """Raised by ``fault.fail_at_epoch`` to exercise Tune's retry-from-checkpoint path."""
+
+
+class TrialPreempted(RuntimeError):
+    """The trial's process was told to end; its current step is checkpointed on storage."""
+
+
+class TuneReportCallback(BaseCallback):
+    """After each epoch's checkpoint is written, save the tracking journal beside it and report
+    the epoch record and the folder to Tune (not once a stop is requested: the process is ending
+    and the trainable persists the checkpoint itself)."""
+
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        writer: RunWriter | None = None,
+        fault: FaultSpec | None = None,
+        stopping: TrialGuard | None = None,
+    ):
+        self.checkpoint_dir = checkpoint_dir
+        self.writer = writer
+        self.fault = fault or FaultSpec()
+        self.stopping = stopping
+        self._pending: dict[str, Any] | None = None
+        self._held: bytes | None = None
+
+    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        self._pending = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+
+    def on_checkpoint(self, epoch: int, path: Path) -> None:
+        if self.stopping is not None and self.stopping.requested():
+            return
+        if self.writer is not None:
+            self.writer.save(self.checkpoint_dir)
+        metrics = (self._pending or {"epoch": epoch + 1}) | {"peak_rss_gb": peak_rss_gb()}
+        self._pending = None
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
+        if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
+            at = self.fault.fail_at_epoch
+            raise InjectedFault(f"fault.fail_at_epoch={at}: failing on purpose")
+        if self.fault.memory_spike_gb and epoch == 0:
+            self._held = b"x" * int(self.fault.memory_spike_gb * (1 << 30))  # resident pages
+
+
+def _start_tracking(
+    plan: TrialPlan, restored: Restored, data: str, attempt: int, work_dir: Path
+) -> RunWriter:
+    """The trial's run writer: the run is the restored journal's (same store and sweep), else
+    the one an earlier attempt created (found by trial id), else a new one."""
+    tracking = plan.tracking
+    trial_id = tune.get_context().get_trial_id()
+    tags = {
+        "variant": plan.run.variant,
+        "seed": str(plan.run.train.seed),
+        "problem": plan.run.data.problem,
+        "data_id": data,
+        "git_commit": git_commit() or "unknown",
+    }
+    if tracking.sweep:
+        tags["sweep"] = tracking.sweep
+    key = {TRIAL_TAG: trial_id}
+    if tracking.parent_run_id:
+        key[PARENT_RUN_TAG] = tracking.parent_run_id
+    writer = tracking.writer(spool=work_dir / "tracking-spool")
+    writer.start(tracking.experiment, plan.run_name, tags, key, journal=restored.folder)
+    writer.set_status("RUNNING")  # a retried trial's run was marked FAILED by the last attempt
+    if restored.source is not None:
+        tags["resumed_from"] = f"{restored.source} (step {restored.global_step})"
+    # where this attempt runs: refreshed on every attempt (a lost node's retry runs elsewhere)
+    writer.set_tags(
+        tags
+        | {
+            "ray_node": ray.get_runtime_context().get_node_id(),
+            "worker_pid": str(os.getpid()),  # equal across trials that reused one process
+            "attempt": str(attempt),
+        }
+    )
+    return writer
+
+
+def train_linc(
+    trial_config: dict[str, Any], tracking: TrackingTarget | None = None, storage: str | None = None
+) -> None:
+    """Ray Tune function trainable: train one linc configuration, report every epoch.
+
+    ``tracking`` and ``storage`` are the sweep driver's current store and Tune storage (passed
+    with ``tune.with_parameters``); they win over the trial's own, possibly older, mapping.
+    """
+    plan = TrialPlan.from_mapping(trial_config, tracking, storage)
+    run = plan.run
+    import_in_background("torch._dynamo")  # the optimizer's first step needs it
+    # A trial's process is Ray's, not linc-train's: give it the same allocator settings
+    # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).
+    tune_cpu_allocator()
+    reset_peak_rss()  # a reused process reports this trial's peak, not an earlier trial's
+    torch.set_num_threads(plan.resources.torch_threads)
+    data = training_data(run, open_filesystem)
+    validation = validation_set(run, data)
+    data_name = data_id(run, open_filesystem)
+
+    work_dir = Path(tempfile.mkdtemp(prefix="linc-trial-"))
+    checkpoint_dir = work_dir / "checkpoint"
+    checkpoint_dir.mkdir()
+    trial_storage = TrialStorage.current()
+    restored = restore_newest_intact(trial_storage, work_dir)
+    writer = _start_tracking(plan, restored, data_name, next_attempt(trial_storage), work_dir)
+    resume_from, history = None, []
+    if restored.checkpoint is not None:
+        resume_from = copy_checkpoint(restored.checkpoint, work_dir / "resume.pt")
+        history = load_checkpoint(resume_from)["history"]
+    try:
+        if resume_from is None:
+            writer.log_dict(plan.settings(), "plan.json")  # what the trial ran
+            writer.log_dict(trial_config, "config.json")  # what it was given
+        writer.log_params(plan.params(data_name))  # the same values on every attempt
+        writer.log_history(history, EPOCH_METRICS)  # what the checkpoint saw (exactly once)
+        fault = plan.fault if resume_from is None else None  # a deliberate failure: once
+        policy = initial_policy(run.model, run.train)
+        writer.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
+        with TrialGuard(plan.resources.preemption_grace_s) as guard:
+            callbacks = [
+                MLflowCallback(writer),
+                TuneReportCallback(checkpoint_dir, writer, fault, guard),
+            ]
+            if plan.resources.num_workers > 1:
+                history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
+            else:
+                result = fit(
+                    policy,
+                    run.train,
+                    data,
+                    validation=validation,
+                    callbacks=callbacks,
+                    checkpoint_dir=checkpoint_dir,
+                    resume_from=resume_from,
+                    data_id=data_name,
+                    stop=guard.requested,
+                )
+                if result.stopped_by_request:
+                    _persist_preempted(trial_storage, checkpoint_dir, writer, result.global_step)
+                    guard.checkpointed()
+                    raise TrialPreempted(f"stopped at step {result.global_step} (SIGTERM)")
+                history = result.history
+        if restored.source and PREEMPTED_PREFIX in restored.source:
+            remove_preempted(trial_storage, before_step=restored.global_step + 1)
+        final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
+        peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
+        writer.log_metric("peak_rss_gb", peak_rss)
+        writer.end_run("FINISHED")
+        delivered = writer.close(timeout=plan.tracking.flush_timeout_s)
+        if final is not None or not delivered:
+            # the undelivered records travel in the final checkpoint (the driver replays them)
+            writer.save(checkpoint_dir)
+            last = history[-1] if history else {}
+            last = {k: v for k, v in last.items() if isinstance(v, int | float)}
+            tune.report(
+                last | (final or {}) | {"peak_rss_gb": peak_rss},
+                checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
+            )
+    except BaseException as err:
+        stopped = isinstance(err, SystemExit | KeyboardInterrupt | TrialPreempted)
+        writer.set_tag("error", f"{type(err).__name__}: {err}"[:500])
+        writer.end_run("KILLED" if stopped else "FAILED")
+        writer.close(timeout=0 if stopped else min(30.0, plan.tracking.flush_timeout_s))
+        raise  # the trial's own error, whatever the tracking store does
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        # a reused process (cluster.reuse_actors) starts the next trial without this one's
+        # freed heap (the allocator setting keeps up to 1 GiB of it, fragmentation more)
+        release_free_heap()
+
+
+def _persist_preempted(
+    storage: TrialStorage, checkpoint_dir: Path, writer: RunWriter, global_step: int
+) -> None:
+    writer.save(checkpoint_dir)
+    persist(storage, checkpoint_dir, f"{PREEMPTED_PREFIX}{global_step:012d}")
+
+
+def _evaluate(
+    plan: TrialPlan,
+    validation: Any,
+    checkpoint_dir: Path,
+    policy: LincPolicy,
+    writer: RunWriter,
+    work_dir: Path,
+) -> dict[str, float] | None:
+    """The final policy on the plan's evaluation set, logged; its metrics (None: no set)."""
+    evaluation_instances = evaluation_set(plan.run, validation, open_filesystem)
+    if evaluation_instances is None:
+        return None
+    instances, set_name = evaluation_instances
+    final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
+    evaluation = evaluate_trial(final_policy, instances, plan.run.evaluation, plan.run_name)
+    log_evaluation(writer, evaluation, instances, set_name, work_dir / "evaluation")
+    return evaluation_metrics(evaluation)
+
+
+def _fit_data_parallel(
+    plan: TrialPlan,
+    callbacks: list[BaseCallback],
+    checkpoint_dir: Path,
+    resume_from: Path | None,
+) -> list[dict[str, Any]]:
+    """Train over ``resources.num_workers`` Ray Train workers; each epoch goes through the same
+    callbacks as a single-process trial, with Train's checkpoint copied into ``checkpoint_dir``
+    (so Tune checkpoints, retries and MLflow behave identically)."""
+    import uuid
+
+    from orchestration.trial.data_parallel import fit_data_parallel
+
+    resources = plan.resources
+    storage = resources.storage_path()
+    filesystem = None
+    if "://" in storage:
+        filesystem, storage = open_filesystem(storage)
+    local = not (resources.address or os.environ.get("RAY_ADDRESS"))
+
+    def on_epoch(record: dict[str, Any], checkpoint: Any) -> None:
+        epoch = int(record["epoch"]) - 1
+        for callback in callbacks:
+            callback.on_epoch(epoch, record)
+        if checkpoint is not None:
+            with checkpoint.as_directory() as folder:
+                copy_checkpoint(Path(folder) / CHECKPOINT_NAME, checkpoint_dir / CHECKPOINT_NAME)
+            for callback in callbacks:
+                callback.on_checkpoint(epoch, checkpoint_dir / CHECKPOINT_NAME)
+
+    result = fit_data_parallel(
+        plan.run,
+        num_workers=resources.num_workers,
+        storage_path=storage,
+        storage_filesystem=filesystem,
+        # a fresh Train run per attempt: a retry resumes from the Tune checkpoint it restored
+        run_name=f"ddp-{tune.get_context().get_trial_id()}-{uuid.uuid4().hex[:8]}",
+        use_gpu=resources.use_gpu,
+        resources_per_worker=worker_resources(resources, plan.run),
+        # a lost worker restarts the worker group from Train's last checkpoint; past these
+        # restarts the Tune trial fails and Tune retries it from its own checkpoint
+        max_failures=resources.max_failures,
+        resume_from=resume_from,
+        on_epoch=on_epoch,
+        open_filesystem=open_filesystem,
+        worker_env={"GLOO_SOCKET_IFNAME": "lo"} if local else None,
+    )
+    return result.history
+
+
+def _policy_from(path: Path, policy: LincPolicy) -> LincPolicy:
+    if path.exists():
+        loaded, _ = policy_from_checkpoint(path)
+        return loaded
+    return policy
+
+
+__all__ = ["InjectedFault", "TrialPreempted", "TuneReportCallback", "train_linc"]

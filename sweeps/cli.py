@@ -1,0 +1,139 @@
+"""The entry points' shell: flags, ``--help``, ``--cfg``, one-line errors and exit codes
+around an action on the composed config (:mod:`sweeps.compose`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from linc_core.utils.typed import ConfigError, did_you_mean
+from orchestration.experiment.stopping import SweepStopped
+from orchestration.ray_session import prefer_loopback
+from sweeps.compose import compose_mapping, load_platform_config, sweep_pointer
+
+Config = TypeVar("Config")
+
+
+def print_mlflow_ui(tracking_uri: str, parent_run_id: str | None = None) -> None:
+    """How to browse the runs (the UI binds to loopback, like every server linc starts)."""
+    from orchestration.tracking.store import runs_view_url
+
+    server = tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
+    experiment_id = None
+    if parent_run_id:
+        print(f"MLflow parent run {parent_run_id}; browse the runs with:")
+        try:
+            from mlflow.tracking import MlflowClient
+
+            run = MlflowClient(tracking_uri=tracking_uri).get_run(parent_run_id)
+            experiment_id = run.info.experiment_id
+        except Exception:  # noqa: BLE001 - only the link's precision is lost
+            experiment_id = None
+    else:
+        print("Browse the runs with:")
+    if server is None:
+        print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
+    if experiment_id is not None:
+        print(f"  then open {runs_view_url(server or 'http://127.0.0.1:5000', experiment_id)}")
+
+
+def _show(what: str, package: str | None, overrides: Sequence[str], config_name: str) -> None:
+    """``--cfg job``: the composed config; ``--cfg plan``: the platform run's effective plan;
+    ``--package KEY``: only that part of it."""
+    from omegaconf import OmegaConf
+
+    if what == "job":
+        values: Any = compose_mapping(overrides, config_name)
+    elif what == "plan" and config_name == "config":
+        values = load_platform_config(overrides).run.settings()
+    else:
+        plan = " or plan" if config_name == "config" else ""
+        raise ConfigError(f"--cfg {what}: expected job{plan} (linc composes no hydra config)")
+    for part in package.split(".") if package else ():
+        known = list(values) if isinstance(values, dict) else []
+        if part not in known:
+            raise ConfigError(f"--package {package}: no {part!r}{did_you_mean(part, known)}")
+        values = values[part]
+    print(OmegaConf.to_yaml(values).rstrip("\n") if isinstance(values, dict) else values)
+
+
+@dataclass
+class Flags:
+    """Hydra's command-line flags that linc's entry points answer (the rest are overrides)."""
+
+    help: bool = False
+    cfg: str | None = None
+    package: str | None = None
+    multirun: bool = False
+
+
+def split_flags(argv: Sequence[str]) -> tuple[Flags, list[str]]:
+    """(the flags, the overrides) of a command line; an unknown flag is a ``ConfigError``."""
+    flags, overrides = Flags(), []
+    args = iter(argv)
+    for arg in args:
+        name, _, attached = arg.partition("=")
+        if arg in ("-h", "--help"):
+            flags.help = True
+        elif name in ("-c", "--cfg"):
+            flags.cfg = attached or next(args, "")
+        elif name in ("-p", "--package"):
+            flags.package = attached or next(args, "")
+        elif arg in ("-m", "--multirun"):
+            flags.multirun = True
+        elif arg == "--resolve":
+            pass  # Hydra's flag to resolve interpolations: linc's printed configs always are
+        elif arg.startswith("-"):
+            known = "-h/--help, -c/--cfg job|plan, -p/--package KEY, --resolve, -m/--multirun"
+            raise ConfigError(f"unknown flag {arg!r}; flags: {known}; the rest are key=value")
+        else:
+            overrides.append(arg)
+    return flags, overrides
+
+
+def run_cli(
+    entry: str,
+    argv: Sequence[str] | None,
+    action: Callable[[Config], int],
+    load: Callable[[Sequence[str]], Config] = load_platform_config,  # type: ignore[assignment]
+    config_name: str = "config",
+    doc: str = "",
+) -> int:
+    """Shared ``main`` of the entry points: Hydra overrides in, ``action(load(overrides))`` out.
+
+    ``-h/--help`` prints ``doc`` (what the command runs, examples) with the config groups, keys
+    and flags; ``--cfg job|plan`` prints the config instead of running. Config errors, and storage
+    or servers the pre-flight finds unusable, exit 2 with a one-line message naming the key and
+    the value (and the closest known ones); a sweep stopped before its end (a signal: 143, trials
+    no node could place: 1) says so on one line.
+    """
+    prefer_loopback()  # before anything imports ray
+    try:
+        flags, overrides = split_flags(list(sys.argv[1:] if argv is None else argv))
+        if flags.help:
+            from sweeps.cli_help import render_help
+
+            print(render_help(entry, doc, overrides, config_name), end="")
+            return 0
+        if flags.multirun:
+            raise ConfigError(f"-m/--multirun: {sweep_pointer(config_name)}")
+        if flags.cfg is not None:
+            _show(flags.cfg, flags.package, overrides, config_name)
+            return 0
+        config = load(overrides)
+    except ConfigError as err:
+        print(f"{entry}: invalid config: {err}", file=sys.stderr)
+        return 2
+    try:
+        return action(config)
+    except ConfigError as err:  # pre-flight: storage, data or tracking store unusable
+        print(f"{entry}: {err}", file=sys.stderr)
+        return 2
+    except SweepStopped as err:  # a signal, or trials no node could place: re-run to resume
+        print(f"{entry}: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+__all__ = ["Config", "Flags", "print_mlflow_ui", "run_cli", "split_flags"]

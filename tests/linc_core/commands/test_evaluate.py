@@ -1,0 +1,59 @@
+"""``linc-eval``: a malformed file is named and the rest evaluated; every output is written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from linc_core.commands.evaluate import main
+from linc_core.decode import DecodeConfig
+from linc_core.evaluate import evaluate_policy, load_benchmark
+from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
+
+
+def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("C101", "R101", "RC101"):
+        shutil.copy(data_dir / "solomon100" / f"{name}.txt", folder / f"{name}.txt")
+    broken = (folder / "R101.txt").read_text().splitlines()
+    broken[15] = broken[15].replace(broken[15].split()[1], "x1y", 1)  # a coordinate
+    (folder / "R101.txt").write_text("\n".join(broken) + "\n")
+
+    loaded = load_benchmark(str(folder))
+    assert [i.names[0] for i in loaded.instances] == ["C101", "RC101"]
+    assert [name for name, _ in loaded.errors] == ["R101.txt"]
+
+    checkpoint = tiny_checkpoint(tmp_path / "tiny.pt")
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--checkpoint", str(checkpoint), "--benchmark", str(folder), "--decode", "greedy",
+            "--z", "2", "--aug", "1", "--out", str(out), "--plot", "1", "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 1  # an error row exists
+    with (out / "rows.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["instance"] for r in rows] == ["C101", "RC101", "R101.txt"]
+    assert rows[2]["feasible"] == "False" and "R101.txt" in rows[2]["error"]
+    assert "x1y" in rows[2]["error"]
+    # The command's costs are those of the saved policy decoding with these flags in-process.
+    config = DecodeConfig(method="greedy", num_z=2, augment=1, seed=0)
+    assert loaded.convention == "dimacs"  # a folder of Solomon files
+    expected = evaluate_policy(tiny_policy(), loaded.instances, config, convention="dimacs")
+    for row, in_process in zip(rows[:2], expected.rows, strict=True):
+        assert row["feasible"] == "True" and row["error"] == ""
+        assert float(row["cost"]) == pytest.approx(in_process.cost, rel=1e-9)
+    table = pq.read_table(out / "rows.parquet").to_pylist()
+    assert [r["instance"] for r in table] == ["C101", "RC101", "R101.txt"]
+    assert table[0]["cost"] == pytest.approx(float(rows[0]["cost"]), rel=1e-12)
+    markdown = (out / "table.md").read_text()
+    assert "| Method | Obj. | Gap |" in markdown and "1/3" in markdown
+    assert (out / "plots" / "C101.png").read_bytes().startswith(PNG_MAGIC)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["errors"] == 1 and summary["feasible"] == 2

@@ -1,0 +1,73 @@
+"""Process-level settings: background imports, the allocator, peak RSS."""
+
+from __future__ import annotations
+
+from linc_core.utils.runtime import import_in_background
+from tests.conftest import fresh_python
+
+
+def test_a_background_import_loads_the_module_and_a_bad_name_does_not_raise() -> None:
+    script = (
+        "import sys\n"
+        "from linc_core.utils.runtime import import_in_background\n"
+        "assert 'colorsys' not in sys.modules\n"
+        "import_in_background('no_such_module_linc', 'colorsys').join(30)\n"
+        "print('colorsys' in sys.modules)\n"
+    )
+    out = fresh_python(script)
+    assert out.strip() == "True"
+
+
+def test_the_background_thread_does_not_keep_the_process_alive() -> None:
+    thread = import_in_background("json")
+    thread.join(30)
+    assert thread.daemon and not thread.is_alive()
+
+
+def test_peak_rss_grows_by_the_pages_a_process_touches() -> None:
+    script = (
+        "from linc_core.utils.runtime import peak_rss_gb\n"
+        "before = peak_rss_gb()\n"
+        "block = b'x' * (300 * 1024 * 1024)\n"
+        "print(peak_rss_gb() - before)\n"
+    )
+    out = fresh_python(script)
+    assert 0.29 < float(out) < 0.4  # 300 MiB = 0.315 GB
+
+
+def test_resetting_the_peak_lowers_it_to_what_the_process_holds_now() -> None:
+    script = (
+        "from linc_core.utils.runtime import peak_rss_gb, reset_peak_rss\n"
+        "block = b'x' * (400 * 1024 * 1024)\n"
+        "with_block = peak_rss_gb()\n"
+        "del block  # above the mmap threshold: unmapped at once\n"
+        "assert reset_peak_rss()\n"
+        "after_reset = peak_rss_gb()\n"
+        "small = b'y' * (100 * 1024 * 1024)\n"
+        "print(with_block, after_reset, peak_rss_gb())\n"
+    )
+    with_block, after_reset, later = map(float, fresh_python(script).split())
+    assert after_reset < with_block - 0.4  # 400 MiB = 0.42 GB gone from the mark
+    assert 0.1 < later - after_reset < 0.13  # and the mark follows new pages (100 MiB)
+
+
+def test_releasing_the_free_heap_returns_freed_tensor_memory_to_the_os() -> None:
+    script = (
+        "import torch\n"
+        "from linc_core.utils.runtime import release_free_heap, tune_cpu_allocator\n"
+        "def rss():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmRSS:'):\n"
+        "            return int(line.split()[1]) / 1e6\n"
+        "tune_cpu_allocator()\n"
+        "blocks = [torch.ones(2_000_000) for _ in range(60)]  # 8 MB each, below mmap\n"
+        "held = rss()\n"
+        "del blocks\n"
+        "kept = rss()\n"
+        "assert release_free_heap()\n"
+        "print(held, kept, rss())\n"
+    )
+    out = fresh_python(script)
+    held, kept, trimmed = map(float, out.split())
+    assert kept > held - 0.1  # the tuned allocator keeps the 480 MB it freed
+    assert trimmed < kept - 0.4  # and gives it back when asked

@@ -1,0 +1,283 @@
+"""Distributed data set generation on a local Ray, to a local folder and to a moto S3 server.
+
+One Ray session (``ray_session`` in conftest) and one moto server (127.0.0.1, free port) serve
+the whole module. Every generation run reuses one small reference config so runs can be
+compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from linc_core.instances import TENSOR_FIELDS, Instance
+from linc_core.instances.datasets import MANIFEST_NAME, load_dataset, shard_name
+from linc_core.problems.generators import generate_cvrptw_envelope
+from linc_core.utils.seeding import derive_seed
+from linc_core.utils.typed import ConfigError, build
+from orchestration.data.definition import DatagenConfig
+from orchestration.data.generation import DatagenError, ShardResult, generate_dataset
+from orchestration.data.storage import (
+    StorageUnavailableError,
+    load_evaluation_set,
+    open_filesystem,
+    open_training_data,
+)
+from tests.conftest import tiny_configs
+
+REFERENCE = {
+    "task": "cvrptw",
+    "size": 20,
+    "count": 230,
+    "shard_size": 40,  # 6 shards, the last one 30 rows
+    "seed": 11,
+    "split": "train",
+    "workers": 2,
+    "cpus_per_worker": 1.0,
+    "progress": False,
+}
+
+
+def config(uri: str, **changes: object) -> DatagenConfig:
+    return build(DatagenConfig, {**REFERENCE, "uri": uri, **changes}, "")
+
+
+def folder_bytes(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def reference_set(ray_session, tmp_path_factory) -> Path:
+    """The reference config generated once, uninterrupted, to a local folder."""
+    root = tmp_path_factory.mktemp("datagen") / "reference"
+    generate_dataset(config(str(root)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with a bucket ``linc``; yields ``host:port``."""
+    # Imported here: moto brings in its web server stack (~2 s), which only the S3 tests need.
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"{host}:{port}"
+    fake = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {key: os.environ.get(key) for key in fake}
+    os.environ.update(fake)
+    boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1").create_bucket(
+        Bucket="linc"
+    )
+    yield endpoint
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+# ------------------------------------------------------------------------------ config
+def test_config_rejects_unknown_keys_and_bad_values() -> None:
+    with pytest.raises(ConfigError, match=r"^unknown key\(s\) \['shards'\]"):
+        config("x", shards=3)
+    with pytest.raises(
+        ConfigError, match=r"^task: expected one of \(.*\), got 'vrp' \(did you mean 'cvrp'\?\)$"
+    ):
+        config("x", task="vrp")
+    with pytest.raises(ConfigError, match=r"^cpus_per_worker: expected > 0, got 0.0$"):
+        config("x", cpus_per_worker=0)
+    with pytest.raises(ConfigError, match="^count: expected int, got True$"):
+        config("x", count=True)
+    with pytest.raises(ConfigError, match=r"^split: expected .*, got 'a/b'$"):
+        config("x", split="a/b")
+    with pytest.raises(ConfigError, match=r"^missing key\(s\) \['count'\]"):
+        build(DatagenConfig, {"shard_size": 4}, "")
+    assert config("x", cpus_per_worker=0.5).ray_cpus == 1
+
+
+def test_linc_generate_composes_and_refuses_bad_config_in_one_line(capsys) -> None:
+    from sweeps.generate import load_config, main
+
+    loaded = load_config(["task=cvrp", "size=50", "count=10", "shard_size=5"])
+    assert (loaded.task, loaded.size, loaded.uri) == ("cvrp", 50, "data/cvrp50-train")
+    assert main(["task=vrp"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("linc-generate: invalid config: task: expected one of")
+        and err.count("\n") == 1
+    )
+    assert main(["colour=red"]) == 2  # Hydra's refusal, also one line
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------ local
+def test_same_config_gives_identical_bytes_and_exact_instances(
+    reference_set: Path, tmp_path: Path
+) -> None:
+    # A different pool shape must not change a single byte.
+    generate_dataset(config(str(tmp_path / "again"), workers=1, cpus_per_worker=0.5))
+    assert folder_bytes(tmp_path / "again") == folder_bytes(reference_set)
+    assert len(folder_bytes(reference_set)) == 6 + 1
+
+    loaded = load_dataset(str(reference_set))
+    expected = []
+    for index in range(6):
+        rows = min(40, 230 - 40 * index)
+        seed = derive_seed(11, "cvrptw", 20, "train", index)
+        expected.append(generate_cvrptw_envelope(rows, 20, seed))
+    direct = Instance.concat(expected)
+    for name in TENSOR_FIELDS:
+        assert torch_equal_bits(getattr(loaded, name), getattr(direct, name)), name
+    assert loaded.names[0] == "cvrptw20-train-0000000" and len(set(loaded.names)) == 230
+
+
+def torch_equal_bits(a, b) -> bool:
+    import torch
+
+    return a.dtype == b.dtype and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_rerun_keeps_valid_shards(reference_set: Path) -> None:
+    before = folder_bytes(reference_set)
+    statuses: list[ShardResult] = []
+    generate_dataset(config(str(reference_set)), on_shard_done=statuses.append)
+    assert sorted(r.status for r in statuses) == ["kept"] * 6
+    assert folder_bytes(reference_set) == before
+
+
+def test_killed_worker_then_rerun_equals_uninterrupted_run(
+    reference_set: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "killed"
+    killed: list[int] = []
+
+    def kill_first_worker(result: ShardResult) -> None:
+        if not killed:
+            killed.append(result.worker_pid)
+            os.kill(result.worker_pid, signal.SIGKILL)
+
+    with pytest.raises(DatagenError, match="worker died"):
+        generate_dataset(config(str(root), max_actor_restarts=0), on_shard_done=kill_first_worker)
+    assert not (root / MANIFEST_NAME).exists()
+    survivors = {p.name for p in root.iterdir()}
+    assert len(survivors) < 6
+
+    statuses: list[ShardResult] = []
+    generate_dataset(config(str(root)), on_shard_done=statuses.append)
+    assert {r.status for r in statuses} <= {"kept", "generated"}
+    assert sum(r.status == "kept" for r in statuses) >= 1
+    assert folder_bytes(root) == folder_bytes(reference_set)  # nothing lost, nothing extra
+
+
+def test_corrupt_truncated_and_missing_shards_are_regenerated(
+    reference_set: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "damaged"
+    root.mkdir()
+    for name, data in folder_bytes(reference_set).items():
+        (root / name).write_bytes(data)
+
+    def damage() -> None:
+        cut = root / shard_name(1)
+        cut.write_bytes(cut.read_bytes()[:500])
+        flip = bytearray((root / shard_name(2)).read_bytes())
+        flip[len(flip) // 3] ^= 0x01
+        (root / shard_name(2)).write_bytes(bytes(flip))
+        (root / shard_name(4)).unlink()
+
+    # With a manifest: checksums catch everything.
+    damage()
+    results: dict[int, ShardResult] = {}
+    generate_dataset(config(str(root)), on_shard_done=lambda r: results.__setitem__(r.index, r))
+    assert results[1].status == results[2].status == "regenerated"
+    assert results[4].status == "generated" and results[0].status == "kept"
+    assert folder_bytes(root) == folder_bytes(reference_set)
+
+    # Without a manifest: the shards are parsed (page CRCs, schema, row count, seed metadata).
+    (root / MANIFEST_NAME).unlink()
+    damage()
+    results.clear()
+    generate_dataset(config(str(root)), on_shard_done=lambda r: results.__setitem__(r.index, r))
+    assert results[1].status == results[2].status == "regenerated"
+    assert "unreadable" in results[1].reason and "unreadable" in results[2].reason
+    assert folder_bytes(root) == folder_bytes(reference_set)
+
+
+def test_different_config_at_same_uri_is_refused(reference_set: Path) -> None:
+    with pytest.raises(DatagenError, match="different data set"):
+        generate_dataset(config(str(reference_set), seed=12))
+
+
+# ------------------------------------------------------------------------------ S3
+def test_s3_generation_matches_local_bytes_and_reads_back(
+    reference_set: Path, s3_server: str
+) -> None:
+    uri = f"s3://linc/sets/ref?endpoint_override={s3_server}&scheme=http"
+    generate_dataset(config(uri))
+    filesystem, root = open_filesystem(uri)
+    for name, data in folder_bytes(reference_set).items():
+        with filesystem.open_input_stream(f"{root}/{name}") as stream:
+            assert stream.read() == data, name
+
+    statuses: list[ShardResult] = []
+    generate_dataset(config(uri), on_shard_done=statuses.append)
+    assert {r.status for r in statuses} == {"kept"}
+
+    local = load_dataset(str(reference_set))
+    remote = load_evaluation_set(uri)
+    assert remote.names == local.names
+    for name in TENSOR_FIELDS:
+        assert torch_equal_bits(getattr(remote, name), getattr(local, name)), name
+    batches = open_training_data(uri, batch_size=32, seed=3)
+    assert batches.batches_per_epoch == 230 // 32
+    assert batches.batch(0, 0).batch_size == 32
+
+
+def test_s3_unreachable_fails_after_bounded_retries() -> None:
+    closed = free_port()  # nothing listens there
+    uri = f"s3://linc/nowhere?endpoint_override=127.0.0.1:{closed}&scheme=http"
+    start = time.perf_counter()
+    with pytest.raises(StorageUnavailableError, match=r"after 2 attempts") as info:
+        generate_dataset(config(uri, storage_attempts=2))
+    assert time.perf_counter() - start < 30
+    assert "s3://linc/nowhere" in str(info.value) and "endpoint_override" not in str(info.value)
+
+
+def test_fit_trains_on_a_generated_data_set(reference_set: Path) -> None:
+    """The plain fit loop reads a generated set through ShardedTrainingData (no Ray needed)."""
+    from linc_core.model import LincPolicy
+    from linc_core.train import fit
+    from linc_core.train.data import ShardedTrainingData
+
+    data = ShardedTrainingData(str(reference_set), batch_size=4, seed=0)
+    model, train = tiny_configs(
+        "full_linc",
+        REFERENCE["task"],
+        num_rollouts=4,
+        batch_size=4,
+        instances_per_epoch=8,
+        epochs=1,
+    )
+    result = fit(LincPolicy(model), train, data, max_steps=2)
+    assert result.global_step == 2
+    assert data.batch(0, 0).num_customers == REFERENCE["size"]

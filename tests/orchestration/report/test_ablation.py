@@ -1,0 +1,109 @@
+"""The ablation report read back from a real MLflow store: statistics and figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from orchestration.report.ablation import collect, evaluation_costs, report_files
+from tests.conftest import PNG_MAGIC
+
+INSTANCES = [f"R{i:03d}" for i in range(30)]
+
+
+def _rows_csv(costs: np.ndarray) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["instance", "feasible", "cost"])
+    for name, cost in zip(INSTANCES, costs, strict=True):
+        writer.writerow([name, True, float(cost)])
+    writer.writerow(["BROKEN", False, "nan"])  # an infeasible row is left out of the statistics
+    return buffer.getvalue()
+
+
+def test_report_from_mlflow_has_intervals_signs_and_pngs(tmp_path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("ablation", artifact_location=str(tmp_path / "artifacts"))
+    rng = np.random.default_rng(0)
+    base = 700 + 200 * rng.random(30)
+    shift = {"full_linc": 0.0, "baseline": 40.0, "raw_linear": 0.0}
+    rows = []
+    for variant, delta in shift.items():
+        for seed in (1, 2):
+            run = client.create_run(experiment, tags={"variant": variant, "seed": str(seed)})
+            run_id = run.info.run_id
+            noise = rng.normal(0.0, 5.0, 30) if variant == "raw_linear" else 0.0
+            client.log_text(run_id, _rows_csv(base + delta + noise + seed), "evaluation_rows.csv")
+            for epoch in range(1, 4):
+                client.log_metric(run_id, "train_best_cost", 1000 - 50 * epoch + delta, step=epoch)
+            client.set_terminated(run_id)
+            rows.append({"run_id": run_id, "variant": variant, "seed": str(seed)} | {
+                "eval_cost": float(np.mean(base + delta + seed)), "eval_infeasible": 1.0,
+                "seconds": 1.0,
+            })  # fmt: skip
+    data = collect(client, rows)
+    assert set(data.costs["baseline"][1]) == set(INSTANCES)  # the infeasible row is not a cost
+    assert data.histories["full_linc"][2] == [(1, 950.0), (2, 900.0), (3, 850.0)]
+    files = report_files(data, "full_linc")
+    table = files["ablation_statistics.md"].decode()
+    lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    # a constant +40 on every instance and seed: resolved, zero-width interval at +40
+    baseline = next(
+        r
+        for r in csv.DictReader(io.StringIO(files["ablation_statistics.csv"].decode()))
+        if r["variant"] == "baseline"
+    )
+    assert (
+        float(baseline["diff"])
+        == float(baseline["diff_low"])
+        == float(baseline["diff_high"])
+        == 40.0
+    )
+    assert "| worse |" in lines["Baseline"]
+    # noise with mean near zero is not resolved; the reference is marked
+    assert "| not resolved |" in lines["Raw linear scoring"]
+    assert "| reference |" in lines["Full LINC"]
+    assert "2 seed(s) x 30 instances" in table
+    for name in ("ablation_chart.png", "training_curves.png", "pairwise_curves.png"):
+        assert files[name].startswith(PNG_MAGIC), name
+
+
+def test_evaluation_costs_keep_feasible_rows_only() -> None:
+    text = "instance,feasible,cost\nA,True,1.5\nB,False,nan\nC,True,2\n"
+    assert evaluation_costs(text) == {"A": 1.5, "C": 2.0}
+
+
+def test_reference_curve_check_compares_the_seed_run_epoch_by_epoch(tmp_path) -> None:
+    import json
+
+    from sweeps.report import reference_curve_check
+
+    path = tmp_path / "curves.json"
+    path.write_text(json.dumps({"runs": {"full_linc": {"score_by_epoch": [100.0, 80.0, 50.0]}}}))
+    histories = {"full_linc": {1234: [(1, 104.0), (2, 80.0), (3, 49.0)], 7: [(1, 1.0)]}}
+    table = reference_curve_check(histories, path, 1234)
+    row = table.splitlines()[2]
+    # epoch 3: 49 vs 50 is -2%; the largest deviation over epochs is epoch 1's +4%
+    assert row == "| full_linc | 3 | 49.00 | 50.00 | -2.00 | +4.00 |"
+    assert "no run of seed 5" in reference_curve_check(histories, path, 5)
+
+
+def test_linc_report_without_a_store_refuses_and_creates_nothing(tmp_path, monkeypatch, capsys):
+    from sweeps.report import main as report_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert report_main(["ablation"]) == 2
+    missing = tmp_path / "elsewhere.db"
+    assert report_main(["ablation", "--tracking-uri", f"sqlite:///{missing}"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        "linc-report: no tracking store at runs/mlflow.db (the sweeps' default); pass "
+        "--tracking-uri or set MLFLOW_TRACKING_URI",
+        f"linc-report: --tracking-uri: no database at {missing}",
+    ]
+    assert list(tmp_path.iterdir()) == []

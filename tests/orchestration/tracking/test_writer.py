@@ -1,0 +1,106 @@
+"""The run writer against real stores: a real ``mlflow server`` stopped and started again (an
+outage), and SQLite files (a retried trial, a refused record, a moved store)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from faults.servers import MlflowServer, free_port, listening_addresses, non_loopback
+from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
+
+KEY = {"linc.trial_id": "trial-1"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> MlflowServer:
+    with MlflowServer(tmp_path_factory.mktemp("mlflow")) as running:
+        yield running
+
+
+def sqlite(folder: Path) -> str:
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def steps(uri: str, run_id: str, key: str = "loss") -> list[tuple[int, float]]:
+    history = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    return sorted((m.step, m.value) for m in history)
+
+
+def test_an_outage_never_blocks_logging_and_is_replayed_in_order(server, tmp_path, caplog):
+    assert non_loopback(listening_addresses(server.pids())) == set()
+    writer = RunWriter(server.uri, spool=tmp_path / "spool")
+    writer.start("writer", "outage", {"variant": "full_linc"}, KEY)
+    writer.log_params({"train.epochs": 6})
+    for step in (1, 2, 3):
+        writer.log_metrics({"loss": float(step)}, step=step)
+    assert writer.flush(60)
+    server.stop()
+    caplog.set_level(logging.WARNING, logger="orchestration.tracking.writer")
+    slowest = 0.0
+    for step in (4, 5, 6):
+        began = time.perf_counter()
+        writer.log_metrics({"loss": float(step)}, step=step)
+        slowest = max(slowest, time.perf_counter() - began)
+    (tmp_path / "report.txt").write_text("rows")
+    writer.log_artifact(tmp_path / "report.txt")
+    writer.end_run("FINISHED")
+    assert slowest < 0.05, "a log call waited on the store"
+    assert not writer.flush(3), "nothing can be delivered while the store is down"
+    writer.save(tmp_path / "checkpoint")  # the journal a checkpoint would carry
+    server.start()
+    assert writer.flush(60)
+    outages = [r.message for r in caplog.records if "unreachable" in r.message]
+    assert len(outages) == 1 and server.uri in outages[0], "one warning, naming the store"
+    client = MlflowClient(tracking_uri=server.uri)
+    run = client.get_run(writer.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"train.epochs": "6"}
+    assert steps(server.uri, writer.run_id) == [(s, float(s)) for s in range(1, 7)]
+    assert [a.path for a in client.list_artifacts(writer.run_id)] == ["report.txt"]
+
+    # The next attempt takes the journal back and finds the run by its key: replaying the
+    # journal and logging epochs 5..7 again leaves every step exactly once.
+    again = RunWriter(server.uri, spool=tmp_path / "spool-2")
+    again.start("writer", "outage", {}, KEY, journal=tmp_path / "checkpoint")
+    for step in (5, 6, 7):
+        again.log_metrics({"loss": float(step)}, step=step)
+    assert again.close(60)
+    assert again.run_id == writer.run_id
+    assert steps(server.uri, writer.run_id) == [(s, float(s)) for s in range(1, 8)]
+    assert [a.path for a in client.list_artifacts(writer.run_id)] == ["report.txt"]
+
+
+def test_a_refused_record_is_dropped_and_the_rest_delivered(tmp_path, caplog):
+    uri = sqlite(tmp_path)
+    caplog.set_level(logging.WARNING, logger="orchestration.tracking.writer")
+    writer = RunWriter(uri).start("writer", "refused", {}, KEY)
+    writer.log_params({"lr": 0.1})
+    writer.log_params({"lr": 0.2})  # MLflow refuses to change a param
+    writer.log_metrics({"loss": 1.5}, step=1)
+    assert writer.close(60)
+    assert MlflowClient(tracking_uri=uri).get_run(writer.run_id).data.params == {"lr": "0.1"}
+    assert steps(uri, writer.run_id) == [(1, 1.5)]
+    assert any("refused params ['lr'] for good" in r.message for r in caplog.records)
+
+
+def test_a_journal_from_another_store_goes_to_a_new_run_in_this_one(tmp_path):
+    """``tracking.uri`` changed between two attempts: what the old store never took is written
+    to a run of the new store (the old store is not written to)."""
+    gone = f"http://127.0.0.1:{free_port()}"
+    writer = RunWriter(gone).start("writer", "moved", {}, KEY)
+    writer.log_params({"lr": 0.1})
+    writer.log_metrics({"loss": 1.0}, step=1)
+    writer.log_metrics({"loss": 2.0}, step=2)
+    writer.save(tmp_path / "checkpoint")
+    assert not writer.close(0)
+    assert gone in (tmp_path / "checkpoint" / JOURNAL_FILE).read_text()
+
+    uri = sqlite(tmp_path)
+    moved = RunWriter(uri).start("writer", "moved", {}, KEY, journal=tmp_path / "checkpoint")
+    assert moved.close(60)
+    assert steps(uri, moved.run_id) == [(1, 1.0), (2, 2.0)]
+    assert MlflowClient(tracking_uri=uri).get_run(moved.run_id).data.params == {"lr": "0.1"}
