@@ -135,13 +135,17 @@ def _rl4co_polynet(batch: int, rollouts: int, n: int, seed: int, sizes: ModelCon
     return env, model, data
 
 
-def _rl4co_step_seconds(
-    batch: int, rollouts: int, n: int, seed: int, sizes: ModelConfig
+def rl4co_step_seconds(
+    batch: int, rollouts: int, n: int, seed: int, sizes: ModelConfig, device: str = "cpu"
 ) -> Callable[[int], float]:
-    """A function running one PolyNet training step (as Lightning's loop would) in seconds."""
+    """A function running one PolyNet training step (as Lightning's loop would) in seconds, on
+    ``device`` (the GPU's queue drained before the clock stops)."""
     _, model, data = _rl4co_polynet(batch, rollouts, n, seed, sizes)
+    model.to(device)
+    data = data.to(device)
     optimizer = model.configure_optimizers()
     model.train()
+    on_cuda = torch.device(device).type == "cuda"
 
     def run(step: int) -> float:
         torch.manual_seed(step)  # rl4co samples actions from the global stream
@@ -153,6 +157,8 @@ def _rl4co_step_seconds(
         optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         optimizer.step()
+        if on_cuda:
+            torch.cuda.synchronize()
         return time.perf_counter() - start
 
     return run
@@ -189,7 +195,7 @@ def bench_train(
         for name, (preset, options) in settings.items()
     }
     if peer:
-        runners["rl4co_polynet"] = _rl4co_step_seconds(batch, rollouts, n, 0, sizes)
+        runners["rl4co_polynet"] = rl4co_step_seconds(batch, rollouts, n, 0, sizes)
     for run in runners.values():
         run(0)
     names = list(runners)

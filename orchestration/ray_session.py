@@ -26,6 +26,7 @@ def prefer_loopback() -> None:
 def init_ray(
     address: str | None = None,
     num_cpus: int | None = None,
+    num_gpus: int | None = None,
     *,
     log_to_driver: bool = True,
     logging_level: str | None = None,
@@ -36,6 +37,7 @@ def init_ray(
         address: a Ray address; ``"local"`` always starts a new local Ray of this process, even
             when ``$RAY_ADDRESS`` is set or another program's ``ray start`` head is up.
         num_cpus: CPUs of a local Ray (None: all).
+        num_gpus: GPUs a local Ray declares (None: those it detects).
         log_to_driver: forward the workers' output to this process.
         logging_level: level of Ray's Python loggers here and in every worker (``WARNING``
             hides Ray's INFO lines; None: Ray's default).
@@ -57,7 +59,13 @@ def init_ray(
     else:
         # address="local": a new Ray of this process (another program's `ray start` head
         # would otherwise be joined through its address file)
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **options)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            include_dashboard=False,
+            **options,
+        )
     return True
 
 

@@ -5,7 +5,8 @@ are seeded, not trained (speed and memory do not depend on them).
 
 - training samples/s (instances x rollouts per second) at n=100, B=128, K=128 (the paper's
   main training batch), full_linc and our baseline, in the default precision (``auto``: bf16)
-  and fp32; median of the timed steps after two warm-up steps;
+  and fp32, and rl4co's PolyNet in fp32 where its wheels were carried; median of the timed
+  steps after two warm-up steps;
 - decoding: ``decode(method="sampling", num_z=800, augment=8)`` of the 56 Solomon-100
   instances against the paper's 6 s, at two chunk sizes;
 - peak GPU memory of the same decode of one 200-customer instance (the envelope generator's:
@@ -37,6 +38,7 @@ from bench.gpu.rows import (
     timed,
     variant_setup,
 )
+from linc_core.config import ModelConfig
 from linc_core.decode import DecodeConfig, decode
 from linc_core.model.decisions import PolicyChooser
 from linc_core.problems.cvrptw import CVRPTWEnv
@@ -81,6 +83,22 @@ def _train_rate(variant: str, precision_name: str, ctx: CheckContext, steps: int
         f"{peak['gib']:.1f} GiB",
         {"ms_per_step": statistics.median(timed_steps) * 1e3, "peak_gib": peak["gib"]},
     )
+
+
+def _rl4co_row(ctx: CheckContext, steps: int) -> Row:
+    """rl4co 0.7.0 PolyNet at our training batch and sizes on CUDA, where its wheels were
+    carried (README, GPU); not run otherwise."""
+    name = f"train rl4co PolyNet fp32 n={CUSTOMERS} B={BATCH} K={ROLLOUTS}"
+    try:
+        from bench.bench_train import rl4co_step_seconds
+
+        run = rl4co_step_seconds(BATCH, ROLLOUTS, CUSTOMERS, 0, ModelConfig(), str(ctx.device))
+        seconds = [run(step) for step in range(steps)][2:]
+    except ImportError as err:
+        return not_run(SECTION, name, f"rl4co not importable here ({err.name or err})")
+    median = statistics.median(seconds)
+    detail = f"{median * 1e3:.0f} ms/step over {len(seconds)} steps"
+    return Row(SECTION, name, BATCH * ROLLOUTS / median, "samples/s", INFO, detail)
 
 
 def _decode_rows(ctx: CheckContext) -> list[Row]:
@@ -177,7 +195,7 @@ def _compile_row(ctx: CheckContext) -> Row:
 def run(ctx: CheckContext, compile_step: bool = True) -> list[Row]:
     if not ctx.has_cuda:
         return [
-            not_run(SECTION, f"train samples/s n={CUSTOMERS} (full_linc, baseline)"),
+            not_run(SECTION, f"train samples/s n={CUSTOMERS} (full_linc, baseline, rl4co)"),
             not_run(SECTION, "decode sampling z=800 x8, 56 Solomon-100"),
             not_run(SECTION, "decode z=800 x8, one 200-customer instance: peak GPU memory"),
             not_run(SECTION, "epoch, paper's training settings"),
@@ -188,6 +206,7 @@ def run(ctx: CheckContext, compile_step: bool = True) -> list[Row]:
         for variant in ("full_linc", "baseline")
         for precision in ("auto", "fp32")
     ]
+    rows.append(_rl4co_row(ctx, steps))
     rows.extend(_decode_rows(ctx))
     if not ctx.quick:
         rows.append(_epoch_row(ctx))

@@ -186,8 +186,9 @@ def backward_replay(
         chunk_rollouts: decisions of at most this many rollouts per instance are recomputed
             at once (``chunk_rollouts x T`` packed decisions); 0 recomputes all at once.
         backward: runs a chunk's backward pass (``lambda loss: scaler.scale(loss).backward()``
-            under AMP).
-        autocast: the context each chunk's forward pass runs in (AMP); backward runs outside.
+            under fp16 mixed precision).
+        autocast: the context each chunk's forward pass runs in (mixed precision); backward
+            runs outside.
 
     Returns:
         the detached ``sum weight * log p`` in ``weight``'s dtype.
@@ -208,7 +209,7 @@ def backward_replay(
             chunk_sum = next(sums, None)
         if chunk_sum is None:
             break
-        # at least float32 (a half-precision sum under AMP), never less than the model's dtype
+        # at least float32 (a half-precision sum under autocast), never less than the model's dtype
         loss_dtype = torch.promote_types(chunk_sum.dtype, torch.float32)
         backward(chunk_sum.to(loss_dtype) * loss_scale)
         total = total + chunk_sum.detach().to(weight.dtype)

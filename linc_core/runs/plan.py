@@ -40,6 +40,7 @@ from linc_core.train.data import (
     TrainingData,
     generate,
 )
+from linc_core.train.precision import effective_precision
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import ConfigError, check_fields, require
 
@@ -209,6 +210,9 @@ def resolve_run(
             raise ConfigError(f"train.init: 'reference' is not for this model: {reason}")
         if reason is not None:  # the protocol's default: only where the reference builds it
             train_config = dataclasses.replace(train_config, init="linc")
+    # What the run will use, not "auto": the precision its device resolves it to.
+    precision = effective_precision(train_config.precision, train_config.device)
+    train_config = dataclasses.replace(train_config, precision=precision)
     if data.seed is None:
         data = dataclasses.replace(data, seed=derive_seed(train_config.seed, "data"))
     if validation_seed is None:

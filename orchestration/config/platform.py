@@ -71,6 +71,9 @@ class PlatformConfig:
         data = build(DataSpec, values.get("data"), "data")
         # null in the train and model.overrides sections means "the variant's value".
         train = _without_nulls(values.get("train"))
+        cluster = build(ClusterSpec, values.get("cluster"), "cluster")
+        if "device" not in train and cluster.use_gpu:  # a trial trains where Ray places it
+            train["device"] = "cuda"
         ablation = dict(values.get("ablation") or {})
         if "variants" in ablation:
             ablation["variants"] = variant_list(ablation["variants"])
@@ -87,7 +90,7 @@ class PlatformConfig:
         return cls(
             run=run,
             tracking=build(TrackingSpec, values.get("tracking"), "tracking"),
-            cluster=build(ClusterSpec, values.get("cluster"), "cluster"),
+            cluster=cluster,
             ablation=build(AblationSpec, ablation, "ablation"),
             search=build(SearchSpec, search, "search") if search else None,
             fault=build(FaultSpec, values.get("fault"), "fault"),

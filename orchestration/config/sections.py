@@ -152,7 +152,12 @@ class ClusterSpec:
         address: Ray address (null: ``$RAY_ADDRESS`` under ``ray job submit``, else a local
             Ray started on 127.0.0.1).
         num_cpus: CPUs of a local Ray (null: all).
-        cpus_per_trial, gpus_per_trial: resources of a single-worker trial (fractions allowed).
+        num_gpus: GPUs a local Ray declares (null: the ones it detects). On a node without
+            CUDA a number still lets trials that reserve GPUs be scheduled (how the tests pack
+            fractional-GPU trials); such a trial then fails at its start, naming the setting.
+        cpus_per_trial, gpus_per_trial: resources of a single-worker trial (fractions allowed:
+            ``gpus_per_trial: 0.25`` runs four trials on one GPU). A trial with GPUs trains on
+            the GPU Ray gives it (``train.device`` null: ``cuda``).
         num_workers: data-parallel workers per trial (> 1 runs Ray Train's TorchTrainer).
         cpus_per_worker, gpus_per_worker: resources of each data-parallel worker.
         custom_resources: extra Ray resources every trial (or worker) requests, e.g. a
@@ -177,6 +182,7 @@ class ClusterSpec:
 
     address: str | None = None
     num_cpus: int | None = None
+    num_gpus: int | None = None
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     num_workers: int = 1
@@ -199,6 +205,7 @@ class ClusterSpec:
         for key in ("num_workers", "torch_threads"):
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         require(self.num_cpus is None or self.num_cpus >= 1, "num_cpus", self.num_cpus, ">= 1")
+        require(self.num_gpus is None or self.num_gpus >= 0, "num_gpus", self.num_gpus, ">= 0")
         for key in ("max_concurrent_trials", "max_failures"):
             require(getattr(self, key) >= 0, key, getattr(self, key), ">= 0")
         require(bool(self.storage), "storage", self.storage, "a folder or URI")

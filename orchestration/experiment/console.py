@@ -70,7 +70,8 @@ def init_sweep_ray(config: PlatformConfig) -> bool:
     prepared first and Ray's loggers (driver and workers) at the console's level."""
     prepare_console(config.console)
     level = "INFO" if config.console.verbosity == "tune" else "WARNING"
-    return init_ray(config.cluster.address, config.cluster.num_cpus, logging_level=level)
+    cluster = config.cluster
+    return init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
 
 
 class TrialEvents(tune.Callback):

@@ -1,16 +1,15 @@
-"""What a trial reserves, memory included, and what happens when no node can give it.
+"""What a trial reserves (CPUs, GPUs, memory), and that its process can use what it reserved.
 
 Ray schedules by declared resources and its memory monitor kills by use. A trial therefore
-declares the memory it needs (Ray's ``memory`` resource): ``cluster.memory_per_trial_gb``, or the
-estimate of its own plan (:func:`linc_core.runs.memory.estimate_run_memory`: model, batch, rollouts,
-size, decoding), so Tune never starts trials side by side on a node they do not fit together.
-Each trial's reservation is computed from that trial's own config (an ablation's variants
-differ). A trial the memory monitor kills anyway is a failed trial (Ray's ``OutOfMemoryError``),
-retried per ``cluster.max_failures`` like any other failure.
-
-:class:`PendingTimeout` stops a sweep whose trials no node could place for
-``cluster.pending_timeout_s`` while none runs, naming what they waited for, instead of waiting
-for ever.
+declares the memory it needs (Ray's ``memory`` resource): ``cluster.memory_per_trial_gb``, or
+the estimate of its own plan (:func:`linc_core.runs.memory.estimate_run_memory`: model, batch,
+rollouts, size, decoding), so Tune never starts trials side by side on a node they do not fit
+together. Each trial's reservation is computed from that trial's own config (an ablation's
+variants differ). A trial the memory monitor kills anyway is a failed trial (Ray's
+``OutOfMemoryError``), retried per ``cluster.max_failures`` like any other failure. A trial
+that reserves GPUs trains on the one Ray gives it (fractions share a GPU); in a process
+without CUDA it stops at once, naming the settings (:func:`check_device`). What happens when no
+node can place a trial is the driver's: :mod:`orchestration.experiment.stopping`.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from ray import tune
 
 from linc_core.runs.memory import estimate_run_memory
@@ -60,6 +60,31 @@ def worker_resources(cluster: ClusterSpec, run: RunPlan) -> dict[str, float]:
     return resources | cluster.custom_resources
 
 
+class TrialDeviceError(RuntimeError):
+    """A trial whose training device is not there (a GPU it reserved, but no CUDA in its
+    process); the message is one line naming the settings."""
+
+
+def check_device(cluster: ClusterSpec, run: RunPlan, gpu_ids: list | None = None) -> None:
+    """Refuse, in one line, a trial that is to train on CUDA in a process that has none.
+
+    Ray makes the GPUs it gives a trial the only visible ones (``CUDA_VISIBLE_DEVICES``), so
+    ``cuda`` is the trial's own GPU (shared when ``gpus_per_trial`` is a fraction).
+
+    Raises:
+        TrialDeviceError: ``train.device`` is CUDA and torch sees no CUDA device.
+    """
+    device = run.train.device
+    if not device.startswith("cuda") or torch.cuda.is_available():
+        return
+    given = f"Ray gave it GPU {gpu_ids}" if gpu_ids else "Ray gave it no GPU"
+    raise TrialDeviceError(
+        f"train.device={device} (cluster.gpus_per_trial={cluster.gpus_per_trial:g}): this "
+        f"trial's process sees no CUDA device ({given}; torch {torch.__version__}); reserve "
+        "GPUs only on nodes with CUDA, or set train.device=cpu"
+    )
+
+
 def placement(trial_config: Mapping[str, Any]) -> tune.PlacementGroupFactory:
     """``tune.with_resources``' per-trial resources: from the trial's own config."""
     config = PlatformConfig.from_mapping(trial_config)
@@ -68,4 +93,13 @@ def placement(trial_config: Mapping[str, Any]) -> tune.PlacementGroupFactory:
     return tune.PlacementGroupFactory([bundle])
 
 
-__all__ = ["GIB", "MEMORY_STEP", "memory_bytes", "placement", "trial_resources", "worker_resources"]
+__all__ = [
+    "TrialDeviceError",
+    "check_device",
+    "GIB",
+    "MEMORY_STEP",
+    "memory_bytes",
+    "placement",
+    "trial_resources",
+    "worker_resources",
+]

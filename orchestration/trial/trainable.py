@@ -70,7 +70,7 @@ from orchestration.trial.checkpoints import (
 from orchestration.trial.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.preemption import TrialGuard
-from orchestration.trial.resources import worker_resources
+from orchestration.trial.resources import check_device, worker_resources
 
 
 class InjectedFault(RuntimeError):
@@ -149,6 +149,7 @@ def _start_tracking(
             "ray_node": ray.get_runtime_context().get_node_id(),
             "worker_pid": str(os.getpid()),  # equal across trials that reused one process
             "attempt": str(attempt),
+            "gpu_ids": ",".join(map(str, ray.get_gpu_ids())) or "none",
         }
     )
     return writer
@@ -164,6 +165,8 @@ def train_linc(
     """
     plan = TrialPlan.from_mapping(trial_config, tracking, storage)
     run = plan.run
+    if plan.resources.num_workers == 1:  # data-parallel workers are placed by Ray Train
+        check_device(plan.resources, run, ray.get_gpu_ids())
     import_in_background("torch._dynamo")  # the optimizer's first step needs it
     # A trial's process is Ray's, not linc-train's: give it the same allocator settings
     # (without them every rollout step pays fresh-page faults; see tune_cpu_allocator).

@@ -1,0 +1,102 @@
+"""GPU trials (``orchestration.trial.resources``): fractional GPUs pack several trials on one GPU,
+a trial trains on the device Ray gives it, and one that cannot fails in one line.
+
+The sweeps here start their own Ray with ``cluster.num_gpus=1`` (a loopback node that declares a
+GPU it does not have): Ray schedules and isolates GPUs by declared resources, so packing is
+tested for real on a CPU machine; training on the GPU itself is the GPU check's
+(``python -m bench.gpu``, ``pytest -m gpu``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from orchestration.trial.resources import TrialDeviceError, check_device, placement
+from sweeps.compose import load_platform_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def gpu_smoke(storage: Path, *overrides: str) -> list[str]:
+    return [
+        "preset=smoke",
+        f"cluster.storage={storage}",
+        "cluster.num_gpus=1",
+        "cluster.gpus_per_trial=0.5",
+        *overrides,
+    ]
+
+
+def run_ablation(args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.ablation", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_a_trial_with_gpus_trains_on_cuda_in_the_precision_cuda_resolves_to(tmp_path) -> None:
+    config = load_platform_config(gpu_smoke(tmp_path))
+    assert config.run.train.device == "cuda"
+    assert config.run.train.precision == "bf16"  # auto, resolved once: what the run logs
+    bundle = placement(config.raw).bundles[0]
+    assert bundle["GPU"] == 0.5 and bundle["CPU"] == 1.0
+    on_cpu = load_platform_config(gpu_smoke(tmp_path, "train.device=cpu"))
+    assert (on_cpu.run.train.device, on_cpu.run.train.precision) == ("cpu", "fp32")
+    plain = load_platform_config(["preset=smoke", f"cluster.storage={tmp_path}"])
+    assert (plain.run.train.device, plain.run.train.precision) == ("cpu", "fp32")
+
+
+def test_a_cuda_trial_without_cuda_is_refused_in_one_line(tmp_path) -> None:
+    config = load_platform_config(gpu_smoke(tmp_path))
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal cannot happen here")
+    with pytest.raises(TrialDeviceError) as refused:
+        check_device(config.cluster, config.run, [0])
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "train.device=cuda (cluster.gpus_per_trial=0.5): this trial's process sees no CUDA "
+        "device (Ray gave it GPU [0]; torch "
+    )
+    cpu = load_platform_config(gpu_smoke(tmp_path, "train.device=cpu"))
+    check_device(cpu.cluster, cpu.run, [0])  # a CPU run may hold a GPU reservation
+
+
+def test_half_a_gpu_per_trial_runs_two_variants_on_one_gpu_at_once(tmp_path) -> None:
+    """Two trials of 0.5 GPU on a node of one GPU run side by side, each given GPU 0 (with 1.0
+    GPU per trial they could only run one after the other)."""
+    done = run_ablation(gpu_smoke(tmp_path, "train.device=cpu", "train.epochs=6"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("linc-smoke")
+    runs = client.search_runs([experiment.experiment_id])
+    trials = [r for r in runs if "variant" in r.data.tags]
+    assert sorted(r.data.tags["variant"] for r in trials) == ["baseline", "full_linc"]
+    assert [r.data.tags["gpu_ids"] for r in trials] == ["0", "0"]
+    first, second = sorted(trials, key=lambda r: r.info.start_time)
+    assert second.info.start_time < first.info.end_time  # they overlapped
+
+
+def test_a_sweep_that_reserves_gpus_on_a_node_without_cuda_fails_naming_the_setting(
+    tmp_path,
+) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    done = run_ablation(gpu_smoke(tmp_path, "cluster.max_failures=0"))
+    assert done.returncode == 1
+    output = done.stdout + done.stderr
+    failed = [line for line in output.splitlines() if ": FAILED" in line]
+    assert len(failed) == 2, output[-3000:]
+    for line in failed:
+        assert (
+            "train.device=cuda (cluster.gpus_per_trial=0.5): this trial's process sees no " in line
+        )
+    assert "Traceback" not in done.stdout
