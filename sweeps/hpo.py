@@ -7,7 +7,11 @@
 for a different space, add a file to ``sweeps/conf/search`` and pick it with ``search=NAME``.
 
 The best configuration is printed and logged to the search's MLflow parent run
-(``best_config.json`` and ``best.*`` tags).
+(``best_config.json`` and ``best.*`` tags, the study's trials, Optuna's figures). The Optuna
+study is kept in ``search.storage`` (default: ``optuna.db`` beside the tracking store) under
+``search.name``: re-running the command resumes it, and with a larger ``search.num_samples``
+adds only the missing trials. ``search.metric`` and ``search.mode`` may be lists (a
+multi-objective search: its Pareto front); ``search=switches`` searches the variant switches.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ def hpo(config) -> int:
     result, best = run_search(config)
     print(f"\n{result.table}")
     print(f"\nbest: {json.dumps(best)}")
+    if result.study is not None:
+        name, storage = result.study
+        print(f"Optuna study {name!r}: optuna.load_study(study_name={name!r}, storage={storage!r})")
+        print(f"  or: optuna-dashboard {storage} --host 127.0.0.1")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)
     return 0
 

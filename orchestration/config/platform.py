@@ -103,6 +103,35 @@ class PlatformConfig:
         return with_dotted(self.raw, dotted)
 
 
+def dotted_get(values: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """``values["a"]["b"]`` for ``key="a.b"`` (``default`` where a part is missing)."""
+    node: Any = values
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def dotted_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Optuna's parameter names (Tune flattens its search space with ``/``) as config keys."""
+    return {key.replace("/", "."): value for key, value in params.items()}
+
+
+def trial_label(values: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    """What names a trial by the values its sweep varies: ``full_linc seed=1234`` or
+    ``learning_rate=0.000846 tau_start=5.85`` (a variant by its name, floats to 3 digits)."""
+    parts = []
+    for key in keys:
+        value = dotted_get(values, key)
+        leaf = key.rsplit(".", 1)[-1]
+        if leaf == "variant":
+            parts.append(str(value))
+        else:
+            parts.append(f"{leaf}={value:.3g}" if isinstance(value, float) else f"{leaf}={value}")
+    return " ".join(parts)
+
+
 def _without_nulls(values: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (values or {}).items() if v is not None}
 
@@ -123,4 +152,11 @@ def _deep_copy(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in values.items()}
 
 
-__all__ = ["PlatformConfig", "SECTIONS", "with_dotted"]
+__all__ = [
+    "dotted_params",
+    "dotted_get",
+    "trial_label",
+    "PlatformConfig",
+    "SECTIONS",
+    "with_dotted",
+]

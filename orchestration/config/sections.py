@@ -253,18 +253,26 @@ class AblationSpec:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """Optuna (TPE) through Tune's ``OptunaSearch`` with ASHA early stopping.
+    """Optuna (TPE) through Tune's ``OptunaSearch``, in a persistent study, with ASHA early
+    stopping (single objective).
 
-    ``space`` maps a dotted config key (``train.learning_rate``) to ``{"distribution":
-    uniform|loguniform|randint|choice, "low", "high"}`` or ``{"distribution": "choice",
-    "values": [...]}``.
+    ``space`` maps a dotted config key (``train.learning_rate``, ``model.overrides.scorer``) to
+    ``{"distribution": uniform|loguniform|randint|choice, "low", "high"}`` or
+    ``{"distribution": "choice", "values": [...]}``. ``metric`` and ``mode`` are one objective
+    or lists of objectives (a multi-objective search: its Pareto front, no early stopping);
+    an objective is any metric a trial reports (``validation_cost``, ``seconds`` per epoch,
+    ``eval_cost``...). ``storage``: the study's SQLAlchemy URL (null: ``optuna.db`` beside a
+    SQLite tracking store, else in the local storage folder;
+    :mod:`orchestration.experiment.study`). ``num_samples`` counts the study's finished
+    trials: re-running a search with a larger one adds only the missing trials.
     """
 
     name: str = "hpo"
     num_samples: int = 8
     max_concurrent: int = 2
-    metric: str = "validation_cost"
-    mode: Literal["min", "max"] = "min"
+    metric: str | tuple[str, ...] = "validation_cost"
+    mode: Literal["min", "max"] | tuple[Literal["min", "max"], ...] = "min"
+    storage: str | None = None
     grace_period: int = 1
     reduction_factor: int = 2
     seed: int = 0
@@ -276,6 +284,13 @@ class SearchSpec:
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, ">= 2")
         require(bool(self.space), "space", self.space, "at least one parameter")
+        require(bool(self.metrics), "metric", self.metric, "a metric or a list of metrics")
+        require(
+            len(self.modes) == len(self.metrics),
+            "mode",
+            self.mode,
+            f"one mode (min or max) per metric ({len(self.metrics)})",
+        )
         for key, spec in self.space.items():
             where = f"space.{key}"
             section = key.split(".", 1)[0]
@@ -289,6 +304,18 @@ class SearchSpec:
             numbers = isinstance(low, int | float) and isinstance(high, int | float)
             require(numbers and low < high, where, spec, "numeric low < high")
             require(kind != "loguniform" or low > 0, where, spec, "low > 0 for loguniform")
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,) if isinstance(self.metric, str) else tuple(self.metric)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return (self.mode,) if isinstance(self.mode, str) else tuple(self.mode)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.metrics) > 1
 
 
 @dataclass(frozen=True)

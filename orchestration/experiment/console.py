@@ -9,7 +9,7 @@ MLflow's INFO logging is off and :class:`TrialEvents` prints plain lines instead
     [0:08] full_linc seed=1: epoch 1/2 train_best_cost=599.02 validation_cost=451.93
     [0:08] full_linc seed=1: FAILED (attempt 1, will retry): orchestration...InjectedFault: ...
     [0:15] full_linc seed=1: restarted from its last checkpoint (attempt 2)
-    [0:18] full_linc seed=1: epoch 2/2 train_best_cost=579.93 validation_cost=451.93; evaluating
+    [0:18] full_linc seed=1: epoch 2/2 train_best_cost=579.93 validation_cost=451.93
     [0:18] full_linc seed=1: finished: eval_cost=400.21 (0 infeasible), 2 epochs, 7 s
     ablation-smoke: 1 trials: 1 finished, 0 failed, 1 retried, in 19 s; best eval_cost=400.21 ...
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from ray import tune
 
-from orchestration.config.platform import PlatformConfig
+from orchestration.config.platform import PlatformConfig, trial_label
 from orchestration.config.sections import ConsoleSpec
 from orchestration.ray_session import init_ray
 
@@ -83,7 +83,6 @@ class TrialEvents(tune.Callback):
         epochs: epochs each trial trains (for ``epoch i/N`` and the automatic interval).
         label_keys: dotted config keys that tell the trials apart (``model.variant``,
             ``train.seed``; a search's parameters).
-        evaluates: whether a trial evaluates its final policy after its last epoch.
     """
 
     def __init__(
@@ -92,14 +91,12 @@ class TrialEvents(tune.Callback):
         spec: ConsoleSpec,
         epochs: int,
         label_keys: Sequence[str] = ("model.variant", "train.seed"),
-        evaluates: bool = True,
     ) -> None:
         self.name = name
         self.verbosity = spec.verbosity
         self.every = spec.report_every or max(1, round(epochs / 10))
         self.epochs = epochs
         self.label_keys = tuple(label_keys)
-        self.evaluates = evaluates
         self._reset()
 
     def _reset(self) -> None:
@@ -123,16 +120,15 @@ class TrialEvents(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if "eval_cost" in result or "epoch" not in result:
-            return  # the evaluation's result: the finished line reports it
+        if "epoch" not in result:
+            return
         epoch = int(result["epoch"])
         if epoch % self.every and epoch != self.epochs:
             return
         shown = " ".join(
             f"{key}={result[key]:.2f}" for key in PROGRESS_METRICS if _number(result.get(key))
         )
-        evaluating = "; evaluating" if self.evaluates and epoch == self.epochs else ""
-        self._event(trial, f"epoch {epoch}/{self.epochs} {shown}{evaluating}".rstrip())
+        self._event(trial, f"epoch {epoch}/{self.epochs} {shown}".rstrip())
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.outcome[trial.trial_id] = "finished"
@@ -146,9 +142,7 @@ class TrialEvents(tune.Callback):
             if self.best is None or cost < self.best[0]:
                 self.best = (cost, self._label(trial))
         elif epochs < self.epochs:
-            parts.append("stopped early by the scheduler")
-        elif self.evaluates:
-            parts.append("stopped by the scheduler before its evaluation")
+            parts.append(f"stopped early by the scheduler at epoch {epochs}")
         parts.append(f"{epochs} epochs")
         if _number(result.get("time_total_s")):
             parts.append(f"{result['time_total_s']:.0f} s")
@@ -182,20 +176,7 @@ class TrialEvents(tune.Callback):
         return f"{self.name}: {len(trials)} trials: {', '.join(counts)}, in {elapsed}{best}"
 
     def _label(self, trial: Any) -> str:
-        config = trial.config or {}
-        parts = []
-        for key in self.label_keys:
-            value: Any = config
-            for part in key.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            leaf = key.rsplit(".", 1)[-1]
-            if leaf == "variant":
-                parts.append(str(value))
-            else:
-                parts.append(
-                    f"{leaf}={value:.3g}" if isinstance(value, float) else f"{leaf}={value}"
-                )
-        return " ".join(parts) or trial.trial_id
+        return trial_label(trial.config or {}, self.label_keys) or trial.trial_id
 
     def _event(self, trial: Any, text: str, always: bool = False) -> None:
         if self.verbosity == "quiet" and not always:
@@ -207,9 +188,7 @@ class TrialEvents(tune.Callback):
 
 def trial_events(config: PlatformConfig, name: str, label_keys: Sequence[str]) -> TrialEvents:
     """The console callback of the sweep ``name`` over ``config``'s base trial."""
-    run = config.run
-    evaluates = run.evaluation.source != "none"
-    return TrialEvents(name, config.console, run.train.epochs, label_keys, evaluates)
+    return TrialEvents(name, config.console, config.run.train.epochs, label_keys)
 
 
 def _number(value: Any) -> bool:

@@ -16,6 +16,8 @@ a sweep of one trial.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ import pyarrow.fs as pafs
 from ray import tune
 
 from linc_core.utils.typed import ConfigError
-from orchestration.config.platform import PlatformConfig
+from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
 from orchestration.data.storage import open_filesystem
 from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
 from orchestration.experiment.memory_kills import handle_memory_kills
@@ -54,6 +56,7 @@ class SweepResult:
     table: str
     experiment_path: str
     tracking_uri: str
+    study: tuple[str, str] | None = None  # a search's Optuna study: (name, storage URL)
 
 
 @dataclass
@@ -153,6 +156,12 @@ def _listed_keys(message: str, label: str) -> set[str] | None:
     return None
 
 
+def experiment_exists(config: PlatformConfig, name: str) -> bool:
+    """Whether a Tune experiment ``name`` is on ``config``'s storage (it can be restored)."""
+    place = _Place.of(config, name)
+    return tune.Tuner.can_restore(place.experiment_path, storage_filesystem=place.filesystem)
+
+
 def run_experiment(
     config: PlatformConfig,
     sweep: dict[str, Any],
@@ -161,11 +170,16 @@ def run_experiment(
     resume: bool = True,
     tune_config: tune.TuneConfig | None = None,
     label_keys: tuple[str, ...] = ("model.variant", "train.seed"),
+    tracking: TrackingTarget | None = None,
+    experiment_name: str | None = None,
 ) -> Experiment:
     """Run (or resume) the Tune experiment ``sweep["name"]`` over ``param_space``.
 
     ``sweep`` describes the sweep for its parent run: ``name``, ``kind`` and what it varies;
-    ``label_keys`` the config keys that name a trial in the console lines.
+    ``label_keys`` the config keys that name a trial in the console lines. ``tracking``: the
+    target the caller resolved (with the pre-flight); None: the pre-flight runs here.
+    ``experiment_name``: the Tune experiment's folder when it is not the sweep's name (a later
+    stage of a search); its parent run is then the sweep's, recorded in the sweep's folder.
 
     Raises:
         PreflightError: storage, data or tracking store unusable (before Ray starts).
@@ -174,18 +188,19 @@ def run_experiment(
     """
     name = sweep["name"]
     # the one resolution of the tracking store: handed to the parent run and every trial
-    plan = TrialPlan.from_config(config, tracking=preflight(config))
-    place = _Place.of(config, name)
+    plan = TrialPlan.from_config(config, tracking=tracking or preflight(config))
+    place = _Place.of(config, experiment_name or name)
     fs = place.filesystem
-    restore = resume and tune.Tuner.can_restore(place.experiment_path, storage_filesystem=fs)
+    restore = resume and experiment_exists(config, experiment_name or name)
+    record_path = _Place.of(config, name).experiment_path  # the sweep's record: its first stage
     try:
         parent = open_parent_run(
             plan.tracking,
             sweep,
             plan.params(sweep=sweep),
             fs or pafs.LocalFileSystem(),
-            place.experiment_path,
-            restore,
+            record_path,
+            restore or experiment_name is not None,
         )
     except Exception as err:  # the store answered the pre-flight, then stopped answering
         reason = " ".join(str(err).split())[:200]
@@ -194,7 +209,8 @@ def run_experiment(
     init_sweep_ray(config)
     handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
     # every trial logs to the driver's store, under this run's parent, wherever it began
-    tracking = plan.tracking.in_sweep(parent.run_id, name)
+    named_by = tuple(k for k in label_keys if k not in ("model.variant", "train.seed"))
+    tracking = plan.tracking.in_sweep(parent.run_id, name, run_name_keys=named_by)
     trainable = tune.with_resources(
         tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage),
         placement,  # per trial, from its own config: the memory its variant needs
@@ -207,7 +223,13 @@ def run_experiment(
                 parent.set_status("RUNNING")
             else:
                 tuner = _new_tuner(
-                    config, name, trainable, param_space, tune_config, place, label_keys
+                    config,
+                    experiment_name or name,
+                    trainable,
+                    param_space,
+                    tune_config,
+                    place,
+                    label_keys,
                 )
             experiment.results = tuner.fit()
         except KeyboardInterrupt:
@@ -240,6 +262,21 @@ def _cause(err: BaseException, kind: type[BaseException]) -> BaseException | Non
     return err
 
 
+@dataclass(frozen=True)
+class TrialFolderName:
+    """Tune's ``trial_dirname_creator``: ``trial_003_learning_rate=0.000846_tau_start=5.85``,
+    the trial's number and the values that tell it apart (Tune's own name holds every section
+    of the config)."""
+
+    label_keys: tuple[str, ...]
+
+    def __call__(self, trial: Any) -> str:
+        number = str(trial.experiment_tag).split("_", 1)[0].zfill(3)
+        label = trial_label(trial.config or {}, self.label_keys)
+        safe = re.sub(r"[^A-Za-z0-9.=+-]+", "_", label).strip("_")[:100]
+        return f"trial_{number}_{safe}" if safe else f"trial_{number}"
+
+
 def _new_tuner(
     config: PlatformConfig,
     name: str,
@@ -253,15 +290,18 @@ def _new_tuner(
     callbacks: list[tune.Callback] = [trial_events(config, name, label_keys)]
     if cluster.pending_timeout_s is not None:
         callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+    tune_config = tune_config or tune.TuneConfig(
+        max_concurrent_trials=cluster.max_concurrent_trials or None,
+        reuse_actors=cluster.reuse_actors,
+        scheduler=SweepFIFOScheduler(),  # keeps a moved sweep's new trials in its folder
+    )
+    tune_config = dataclasses.replace(
+        tune_config, trial_dirname_creator=TrialFolderName(tuple(label_keys))
+    )
     return tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune_config
-        or tune.TuneConfig(
-            max_concurrent_trials=cluster.max_concurrent_trials or None,
-            reuse_actors=cluster.reuse_actors,
-            scheduler=SweepFIFOScheduler(),  # keeps a moved sweep's new trials in its folder
-        ),
+        tune_config=tune_config,
         run_config=tune.RunConfig(
             name=name,
             storage_path=place.storage_path,
@@ -297,13 +337,6 @@ def sweep_result(
     )
 
 
-def dotted_get(values: dict[str, Any], key: str) -> Any:
-    node: Any = values
-    for part in key.split("."):
-        node = node[part]
-    return node
-
-
 def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     config = result.config or {}
     metrics = result.metrics or {}
@@ -323,10 +356,10 @@ def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 __all__ = [
+    "experiment_exists",
     "Experiment",
     "SweepResult",
     "SweepSettingsChanged",
-    "dotted_get",
     "result_row",
     "run_experiment",
     "run_training",

@@ -1,4 +1,4 @@
-"""The sweeps' tables from their result rows: the paper-shaped ablation table and the search's.
+"""The sweeps' tables from their result rows: the paper-shaped ablation table.
 
 A row is a trial's ``{"variant", "seed", "eval_cost", "eval_infeasible", "seconds", ...}``, from
 a finished Tune experiment (``orchestration.experiment``) or from MLflow runs
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from linc_core.presets import PRESETS
-from orchestration.config.sections import SearchSpec
 
 
 def aggregate_rows(rows: list[dict[str, Any]], compare_to: str | None) -> list[dict[str, Any]]:
@@ -61,14 +60,4 @@ def ablation_table(rows: list[dict[str, Any]], compare_to: str | None) -> str:
     return "\n".join(lines)
 
 
-def search_table(rows: list[dict[str, Any]], spec: SearchSpec) -> str:
-    lines = [f"| trial | {spec.metric} | epochs | params |", "|---:|---:|---:|---|"]
-    ranked = sorted(rows, key=lambda r: (r.get(spec.metric) is None, r.get(spec.metric) or 0))
-    for index, row in enumerate(ranked):
-        value = row.get(spec.metric)
-        shown = f"{value:.4f}" if value is not None else "-"
-        lines.append(f"| {index} | {shown} | {row['epochs']} | {row['config']} |")
-    return "\n".join(lines)
-
-
-__all__ = ["ablation_table", "aggregate_rows", "search_table"]
+__all__ = ["ablation_table", "aggregate_rows"]

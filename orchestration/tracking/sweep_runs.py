@@ -132,14 +132,15 @@ def finish_sweep(
     flush_timeout_s: float,
     report: Callable[[], None] | None = None,
 ) -> None:
-    """Replay the trials' leftover journals, settle every trial run still RUNNING, tag each
+    """Replay the trials' leftover journals, settle every trial run still RUNNING (from its
+    trial's Tune result: :func:`_settle_children`), tag each
     trial run with its final checkpoint, run ``report`` (the trial runs are complete by then),
     and set the parent run's status (KILLED when ``stopped``, else FAILED when ``failed``, else
     FINISHED), then flush."""
     for result in results or ():
         _replay_journal(result, tracking, flush_timeout_s)
     status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
-    _settle_children(tracking, parent, "KILLED" if stopped else "FAILED", flush_timeout_s)
+    _settle_children(tracking, parent, results, stopped, flush_timeout_s)
     _tag_final_checkpoints(tracking, parent, results)
     if report is not None:
         report()
@@ -201,10 +202,13 @@ def _tag_final_checkpoints(tracking: TrackingTarget, parent: RunWriter, results:
 
 
 def _settle_children(
-    tracking: TrackingTarget, parent: RunWriter, status: str, timeout: float
+    tracking: TrackingTarget, parent: RunWriter, results: Any, stopped: bool, timeout: float
 ) -> None:
-    """Every run under ``parent`` still RUNNING gets ``status`` (a trial that ended without
-    saying so: stopped with the sweep, or its process lost)."""
+    """Every run under ``parent`` still RUNNING (its trial ended without saying how) gets its
+    status from the trial's Tune result: KILLED when the sweep was stopped; else FINISHED when
+    the trial ended without an error, tagged ``stopped_early`` and ``stopped_at_epoch`` when
+    it had not completed (its scheduler stopped it); else FAILED (an error, or its process
+    lost)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -216,10 +220,27 @@ def _settle_children(
             err,
         )
         return
-    writers = [tracking.writer().attach(run.info.run_id) for run in running]
+    outcomes = {}
+    for result in results or ():
+        metrics = result.metrics or {}
+        if metrics.get("trial_id") is not None:
+            outcomes[metrics["trial_id"]] = (result.error is None, metrics)
     deadline = time.monotonic() + timeout
-    for writer in writers:
-        writer.end_run(status)
+    writers = []
+    for run in running:
+        writer = tracking.writer().attach(run.info.run_id)
+        ended_well, metrics = outcomes.get(run.data.tags.get(TRIAL_TAG), (False, {}))
+        if stopped:
+            writer.end_run("KILLED")
+        elif ended_well:
+            if not metrics.get("completed"):
+                epoch = metrics.get("epoch")
+                at = str(int(epoch)) if isinstance(epoch, int | float) else "unknown"
+                writer.set_tags({"stopped_early": "true", "stopped_at_epoch": at})
+            writer.end_run("FINISHED")
+        else:
+            writer.end_run("FAILED")
+        writers.append(writer)
     for writer in writers:
         writer.close(max(0.0, deadline - time.monotonic()))
 

@@ -31,6 +31,8 @@ class TrackingTarget:
         sweep: the sweep's name (a tag of every trial run).
         flush_timeout_s: how long a finished trial (or the driver) waits for the store to take
             its last records.
+        run_name_keys: the config keys whose values a trial's run name carries beside its
+            variant and seed (a search's parameters).
     """
 
     uri: str
@@ -38,6 +40,7 @@ class TrackingTarget:
     parent_run_id: str | None = None
     sweep: str | None = None
     flush_timeout_s: float = 600.0
+    run_name_keys: tuple[str, ...] = ()
 
     @classmethod
     def resolve(cls, spec: TrackingSpec, storage: str) -> TrackingTarget:
@@ -46,9 +49,14 @@ class TrackingTarget:
         uri = resolve_tracking_uri(spec.uri, storage)
         return cls(uri, spec.experiment, spec.parent_run_id, spec.sweep, spec.flush_timeout_s)
 
-    def in_sweep(self, parent_run_id: str | None, sweep: str) -> TrackingTarget:
-        """This target for the trials of sweep ``sweep``, nested under ``parent_run_id``."""
-        return dataclasses.replace(self, parent_run_id=parent_run_id, sweep=sweep)
+    def in_sweep(
+        self, parent_run_id: str | None, sweep: str, run_name_keys: tuple[str, ...] = ()
+    ) -> TrackingTarget:
+        """This target for the trials of sweep ``sweep``, nested under ``parent_run_id``, their
+        runs named by ``run_name_keys`` too."""
+        return dataclasses.replace(
+            self, parent_run_id=parent_run_id, sweep=sweep, run_name_keys=run_name_keys
+        )
 
     def experiment_id(self) -> str:
         """The experiment's id, created if missing (``ensure_experiment``)."""

@@ -198,13 +198,14 @@ class RunWriter:
                 self._lock.wait(min(left, 1.0))
         return True
 
-    def close(self, timeout: float) -> bool:
-        """:meth:`flush`, then stop the thread; warns when records remain undelivered."""
+    def close(self, timeout: float, *, warn: bool = True) -> bool:
+        """:meth:`flush`, then stop the thread; warns when records remain undelivered (unless
+        ``warn`` is False: a caller whose records are safe elsewhere, in a saved journal)."""
         delivered = self.flush(timeout)
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        if not delivered:
+        if not delivered and warn:
             logger.warning(
                 "tracking store %s: %d record(s) not delivered after %.0f s",
                 self.tracking_uri,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linc_core.runs.plan import RunPlan
-from orchestration.config.platform import PlatformConfig
+from orchestration.config.platform import PlatformConfig, trial_label
 from orchestration.config.sections import ClusterSpec, FaultSpec
 from orchestration.tracking.params import flatten_params
 from orchestration.tracking.target import TrackingTarget
@@ -32,6 +32,7 @@ class TrialPlan:
     tracking: TrackingTarget
     resources: ClusterSpec
     fault: FaultSpec
+    label: str = ""  # the values of the tracking target's run_name_keys (a search's parameters)
 
     @classmethod
     def from_config(
@@ -60,11 +61,13 @@ class TrialPlan:
         if storage is not None:
             cluster = dataclasses.replace(config.cluster, storage=storage)
             config = dataclasses.replace(config, cluster=cluster)
-        return cls.from_config(config, tracking)
+        plan = cls.from_config(config, tracking)
+        return dataclasses.replace(plan, label=trial_label(values, plan.tracking.run_name_keys))
 
     @property
     def run_name(self) -> str:
-        return f"{self.run.variant}-seed{self.run.train.seed}"
+        """``full_linc-seed1234``, then a search's values: ``... learning_rate=0.000846``."""
+        return f"{self.run.variant}-seed{self.run.train.seed} {self.label}".rstrip()
 
     def settings(self) -> dict[str, Any]:
         """The run's effective settings, the resources and the fault injection, nested."""

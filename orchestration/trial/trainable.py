@@ -21,9 +21,12 @@ in a straight line:
    SIGTERM to the trial's process checkpoints the current step first
    (:mod:`orchestration.trial.preemption`);
 5. evaluation: the final policy on the plan's evaluation set; the per-instance rows and a route
-   plot are logged as artifacts and ``eval_cost`` is reported to Tune. The run is then flushed
-   (``tracking.flush_timeout_s``); what the store did not take by then stays in the final
-   checkpoint's journal, which the sweep driver replays.
+   plot are logged as artifacts and ``eval_cost`` is reported to Tune in one report with the
+   last epoch's record (so no scheduler stops a trial between the two). The run is then
+   flushed (``tracking.flush_timeout_s``); what the store did not take by then stays in the
+   final checkpoint's journal, which the sweep driver replays. A trial that Tune stops at a
+   report (its scheduler, or the sweep's stop) leaves its run's status to the driver
+   (:func:`orchestration.tracking.sweep_runs.finish_sweep`).
 
 Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 (:mod:`orchestration.trial.data_parallel`).
@@ -81,10 +84,34 @@ class TrialPreempted(RuntimeError):
     """The trial's process was told to end; its current step is checkpointed on storage."""
 
 
+class StoppedByTune(Exception):
+    """Tune ended the trial at one of its reports: its scheduler stopped it early, or the sweep
+    was stopped. Not an error of the trial: the driver settles its run's status."""
+
+    def __init__(self, epoch: int):
+        super().__init__(f"stopped by Tune after epoch {epoch}")
+        self.epoch = epoch
+
+
+def report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path, epoch: int) -> None:
+    """``tune.report`` with the checkpoint folder; Tune's stop (a ``SystemExit`` raised in the
+    training thread at a report) becomes :class:`StoppedByTune`."""
+    checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir))
+    try:
+        tune.report(metrics, checkpoint=checkpoint)
+    except SystemExit:
+        raise StoppedByTune(epoch) from None
+
+
 class TuneReportCallback(BaseCallback):
     """After each epoch's checkpoint is written, save the tracking journal beside it and report
     the epoch record and the folder to Tune (not once a stop is requested: the process is ending
-    and the trainable persists the checkpoint itself)."""
+    and the trainable persists the checkpoint itself).
+
+    The last epoch (``epochs``) is not reported here: the trainable reports it together with the
+    final evaluation, so that a scheduler deciding on that report (ASHA stops every trial at its
+    ``max_t``) can never stop a trial between its last epoch and its evaluation.
+    """
 
     def __init__(
         self,
@@ -92,11 +119,13 @@ class TuneReportCallback(BaseCallback):
         writer: RunWriter | None = None,
         fault: FaultSpec | None = None,
         stopping: TrialGuard | None = None,
+        epochs: int | None = None,
     ):
         self.checkpoint_dir = checkpoint_dir
         self.writer = writer
         self.fault = fault or FaultSpec()
         self.stopping = stopping
+        self.epochs = epochs
         self._pending: dict[str, Any] | None = None
         self._held: bytes | None = None
 
@@ -110,7 +139,8 @@ class TuneReportCallback(BaseCallback):
             self.writer.save(self.checkpoint_dir)
         metrics = (self._pending or {"epoch": epoch + 1}) | {"peak_rss_gb": peak_rss_gb()}
         self._pending = None
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(self.checkpoint_dir)))
+        if self.epochs is None or epoch + 1 < self.epochs:
+            report_to_tune(metrics, self.checkpoint_dir, epoch + 1)
         if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
             at = self.fault.fail_at_epoch
             raise InjectedFault(f"fault.fail_at_epoch={at}: failing on purpose")
@@ -199,7 +229,7 @@ def train_linc(
         with TrialGuard(plan.resources.preemption_grace_s) as guard:
             callbacks = [
                 MLflowCallback(writer),
-                TuneReportCallback(checkpoint_dir, writer, fault, guard),
+                TuneReportCallback(checkpoint_dir, writer, fault, guard, run.train.epochs),
             ]
             if plan.resources.num_workers > 1:
                 history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
@@ -226,16 +256,23 @@ def train_linc(
         peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
         writer.log_metric("peak_rss_gb", peak_rss)
         writer.end_run("FINISHED")
-        delivered = writer.close(timeout=plan.tracking.flush_timeout_s)
-        if final is not None or not delivered:
-            # the undelivered records travel in the final checkpoint (the driver replays them)
-            writer.save(checkpoint_dir)
-            last = history[-1] if history else {}
-            last = {k: v for k, v in last.items() if isinstance(v, int | float)}
-            tune.report(
-                last | (final or {}) | {"peak_rss_gb": peak_rss},
-                checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)),
-            )
+        writer.close(timeout=plan.tracking.flush_timeout_s)
+        # The last epoch's record with the evaluation, in one report; undelivered records
+        # travel in the final checkpoint's journal (the driver replays them).
+        writer.save(checkpoint_dir)
+        last = history[-1] if history else {}
+        last = {k: v for k, v in last.items() if isinstance(v, int | float)}
+        completed = {"completed": 1, "peak_rss_gb": peak_rss}
+        report_to_tune(last | (final or {}) | completed, checkpoint_dir, run.train.epochs)
+    except StoppedByTune:
+        # Undelivered records are in the journal of the checkpoint reported last, which the
+        # driver replays; the driver also settles the run (FINISHED when the scheduler stopped
+        # it, KILLED with the sweep). Not waiting here: Tune reuses this process for the next
+        # trial only if this thread ends within 2 s (TUNE_FUNCTION_THREAD_TIMEOUT_S), and only
+        # if it ends as Tune's own stop does: a function that returns reports once more, and
+        # that report would wait for ever on a stopped session.
+        writer.close(timeout=0, warn=False)
+        raise SystemExit(0) from None
     except BaseException as err:
         stopped = isinstance(err, SystemExit | KeyboardInterrupt | TrialPreempted)
         writer.set_tag("error", f"{type(err).__name__}: {err}"[:500])

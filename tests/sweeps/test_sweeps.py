@@ -196,7 +196,7 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path
     assert len(trials) == 1, "the retry re-opens the trial's MLflow run"
     steps = [m.step for m in client.get_metric_history(trials[0].info.run_id, "train_best_cost")]
     assert steps == [1, 2, 3], "epoch 1 is not trained twice: the retry starts at epoch 2"
-    state = (tmp_path / "runs" / "retry").glob("train_linc_*/error.txt")
+    state = (tmp_path / "runs" / "retry").glob("trial_000_full_linc_seed=1234/error.txt")
     assert any("fail_at_epoch=1" in p.read_text() for p in state)
 
 

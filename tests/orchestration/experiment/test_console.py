@@ -54,9 +54,8 @@ def test_smoke_ablation_prints_one_line_per_trial_event(tmp_path) -> None:
         assert mine[2].startswith("FAILED (attempt 1, will retry): ")
         assert "InjectedFault: fault.fail_at_epoch=1: failing on purpose" in mine[2]
         assert mine[3] == "restarted from its last checkpoint (attempt 2)"
-        assert re.match(
-            r"epoch 2/2 train_best_cost=\d+\.\d\d validation_cost=[\d.]+; evaluating", mine[4]
-        )
+        # the last epoch is reported with its evaluation: the finished line follows
+        assert re.match(r"epoch 2/2 train_best_cost=\d+\.\d\d validation_cost=[\d.]+$", mine[4])
         assert re.match(r"finished: eval_cost=\d+\.\d\d \(0 infeasible\), 2 epochs, \d+ s", mine[5])
         assert len(mine) == 6
     summary = [line for line in lines if line.startswith("ablation-smoke: 2 trials: ")]
@@ -87,10 +86,12 @@ def _events(capsys, verbosity="events", report_every=0, epochs=20) -> tuple[Tria
     events.setup()
     trial = StandIn("t0", {"model": {"variant": "no_local"}, "train": {"seed": 7}})
     events.on_trial_start(0, [trial], trial)
-    for epoch in range(1, epochs + 1):
+    for epoch in range(1, epochs):
         result = {"epoch": epoch, "train_best_cost": 100.0 - epoch, "validation_cost": 90.0}
         events.on_trial_result(0, [trial], trial, result)
-    final = {"epoch": epochs, "eval_cost": 80.5, "eval_infeasible": 0.0, "time_total_s": 12.4}
+    # the last epoch and the evaluation come in one report
+    final = {"epoch": epochs, "train_best_cost": 100.0 - epochs, "validation_cost": 90.0}
+    final |= {"eval_cost": 80.5, "eval_infeasible": 0.0, "time_total_s": 12.4, "completed": 1}
     events.on_trial_result(0, [trial], trial, final)
     trial.last_result, trial.status = final, "TERMINATED"
     events.on_trial_complete(0, [trial], trial)
@@ -115,7 +116,7 @@ def test_progress_lines_every_tenth_of_the_epochs_and_a_finished_line(capsys) ->
         20,
     ]
     assert epochs[0] == "no_local seed=7: epoch 2/20 train_best_cost=98.00 validation_cost=90.00"
-    assert epochs[-1].endswith("; evaluating")
+    assert epochs[-1] == "no_local seed=7: epoch 20/20 train_best_cost=80.00 validation_cost=90.00"
     assert texts[-1] == "no_local seed=7: finished: eval_cost=80.50 (0 infeasible), 20 epochs, 12 s"
     trial = StandIn("t0", {"model": {"variant": "no_local"}, "train": {"seed": 7}}, "TERMINATED")
     assert events.summary([trial]).startswith("sweep: 1 trials: 1 finished, 0 failed, 0 retried")
@@ -176,7 +177,7 @@ def test_a_trial_the_scheduler_stops_says_so(capsys) -> None:
     trial.last_result = {"epoch": 4, "train_best_cost": 5.0, "time_total_s": 3.0}
     events.on_trial_complete(0, [trial], trial)
     first, second = (line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines())
-    assert first == "learning_rate=7.5e-05: finished: stopped early by the scheduler, 1 epochs, 1 s"
-    assert second.endswith(
-        "finished: stopped by the scheduler before its evaluation, 4 epochs, 3 s"
+    assert first == (
+        "learning_rate=7.5e-05: finished: stopped early by the scheduler at epoch 1, 1 epochs, 1 s"
     )
+    assert second.endswith("finished: 4 epochs, 3 s")  # all epochs, no evaluation set

@@ -73,7 +73,8 @@ def test_a_cuda_trial_without_cuda_is_refused_in_one_line(tmp_path) -> None:
 def test_half_a_gpu_per_trial_runs_two_variants_on_one_gpu_at_once(tmp_path) -> None:
     """Two trials of 0.5 GPU on a node of one GPU run side by side, each given GPU 0 (with 1.0
     GPU per trial they could only run one after the other)."""
-    done = run_ablation(gpu_smoke(tmp_path, "train.device=cpu", "train.epochs=6"))
+    # long enough that both trials run a while even when a worker takes seconds to start
+    done = run_ablation(gpu_smoke(tmp_path, "train.device=cpu", "train.epochs=80"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("linc-smoke")

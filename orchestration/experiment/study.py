@@ -1,0 +1,123 @@
+"""The search's Optuna study: where it lives, how Tune's trials end in it, how far it got.
+
+The study is kept in an RDB storage (``search.storage``, any SQLAlchemy URL; default: a SQLite
+file ``optuna.db`` beside the sweep's SQLite tracking store, else in the local storage folder)
+under the search's name, so that ``optuna.load_study(study_name=NAME, storage=URL)`` opens it
+with every trial, its values, its state and its params, optuna-dashboard shows it, and a
+re-run of the same search continues it (:mod:`orchestration.experiment.search`). Tune's
+``OptunaSearch`` writes it from the driver; :class:`SweepOptunaSearch` ends a trial that the
+scheduler stopped early as PRUNED (Tune's own would call it COMPLETE with its last value).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray.tune.search.optuna import OptunaSearch
+
+from linc_core.utils.seeding import derive_seed
+from linc_core.utils.typed import ConfigError
+from orchestration.config.sections import SearchSpec
+
+STUDY_FILE = "optuna.db"
+
+
+def study_storage_url(spec: SearchSpec, tracking_uri: str, storage: str) -> str:
+    """The study's SQLAlchemy URL: ``search.storage``, else a SQLite file beside a SQLite
+    tracking store, else in the local Tune storage folder.
+
+    Raises:
+        ConfigError: no ``search.storage`` while the tracking store is a server and the
+            storage remote (there is no local folder to keep the study in).
+    """
+    if spec.storage:
+        return spec.storage
+    if tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri.removeprefix("sqlite:///")).parent
+        return f"sqlite:///{folder / STUDY_FILE}"
+    if "://" not in storage:
+        return f"sqlite:///{Path(storage).resolve() / STUDY_FILE}"
+    raise ConfigError(
+        f"search.storage: required when the tracking store is a server ({tracking_uri}) and "
+        f"cluster.storage is remote ({storage}); give a database URL (postgresql://...)"
+    )
+
+
+def rdb_storage(url: str) -> Any:
+    """Optuna's RDB storage at ``url`` (tables created if missing)."""
+    import optuna
+
+    return optuna.storages.RDBStorage(url)
+
+
+def open_study(spec: SearchSpec, url: str, quiet: bool = True) -> Any:
+    """The search's study (created if missing) with its objectives' directions; ``quiet``:
+    without Optuna's INFO lines (the console reports the trials)."""
+    import optuna
+
+    if quiet:  # Optuna sets its logger's level when it is first used: after prepare_console
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    directions = ["minimize" if mode == "min" else "maximize" for mode in spec.modes]
+    return optuna.create_study(
+        storage=rdb_storage(url),
+        study_name=spec.name,
+        directions=directions,
+        load_if_exists=True,
+    )
+
+
+def finished_trials(study: Any) -> int:
+    """Trials of the study that ended: complete, pruned or failed (not running or waiting)."""
+    from optuna.trial import TrialState
+
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(trial.state in done for trial in study.get_trials(deepcopy=False))
+
+
+class SweepOptunaSearch(OptunaSearch):
+    """Tune's ``OptunaSearch``, with a trial that its scheduler stopped early (a result without
+    ``completed``) told to the study as PRUNED, its last value as an intermediate one."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        stopped_early = result is not None and not error and not result.get("completed")
+        if not stopped_early or isinstance(self.metric, list) or trial_id in self._completed_trials:
+            super().on_trial_complete(trial_id, result, error)
+            return
+        from optuna.trial import TrialState
+
+        trial = self._ot_trials[trial_id]
+        value = result.get(self.metric)
+        if value is not None:
+            trial.report(float(value), step=int(result.get("epoch", 0)))
+        self._ot_study.tell(trial, state=TrialState.PRUNED)
+        self._completed_trials.add(trial_id)
+
+
+def searcher(spec: SearchSpec, url: str, stage: int = 0) -> SweepOptunaSearch:
+    """The seeded TPE searcher of ``spec`` on the study at ``url``, for the search's ``stage``
+    (each stage draws from its own seed: a later stage must not repeat an earlier one's
+    random start-up points)."""
+    metric = list(spec.metrics) if spec.multi_objective else spec.metrics[0]
+    mode = list(spec.modes) if spec.multi_objective else spec.modes[0]
+    return SweepOptunaSearch(
+        metric=metric,
+        mode=mode,
+        seed=spec.seed if stage == 0 else derive_seed(spec.seed, "search-stage", stage) % 2**31,
+        storage=rdb_storage(url),
+        study_name=spec.name,
+    )
+
+
+__all__ = [
+    "STUDY_FILE",
+    "SweepOptunaSearch",
+    "finished_trials",
+    "open_study",
+    "rdb_storage",
+    "searcher",
+    "study_storage_url",
+]

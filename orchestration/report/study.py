@@ -1,0 +1,114 @@
+"""A search's results from its Optuna study: the trials table, the Pareto front, the figures.
+
+The study (:mod:`orchestration.experiment.study`) is the search's record of every trial, over
+all its runs; the tables and figures here are drawn from it, and logged on the search's parent
+run by the driver. Figures are Optuna's own (its matplotlib backend): the optimisation history,
+the parameter importances, the parallel coordinates and, for a multi-objective search, the
+Pareto front.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from linc_core.utils.plotting import png_bytes
+from orchestration.config.platform import dotted_params
+from orchestration.config.sections import SearchSpec
+
+logger = logging.getLogger(__name__)
+
+
+def _values(trial: Any, spec: SearchSpec) -> list[str]:
+    values = trial.values or [None] * len(spec.metrics)
+    return [f"{v:.4f}" if v is not None else "-" for v in values]
+
+
+def _rank(trial: Any) -> tuple:
+    first = trial.values[0] if trial.values else None
+    return (first is None, first if first is not None else 0.0, trial.number)
+
+
+def study_table(study: Any, spec: SearchSpec) -> str:
+    """Every trial of the study, best first: number, state, objectives, parameters."""
+    header = " | ".join(spec.metrics)
+    lines = [
+        f"| trial | state | {header} | params |",
+        "|---:|---|" + "---:|" * len(spec.metrics) + "---|",
+    ]
+    sign = -1 if spec.modes[0] == "max" else 1
+    trials = sorted(
+        study.get_trials(deepcopy=False),
+        key=lambda t: (_rank(t)[0], sign * _rank(t)[1], t.number),
+    )
+    for trial in trials:
+        values = " | ".join(_values(trial, spec))
+        params = _shown(dotted_params(trial.params))
+        lines.append(f"| {trial.number} | {trial.state.name} | {values} | {params} |")
+    return "\n".join(lines)
+
+
+def pareto_table(study: Any, spec: SearchSpec) -> str:
+    """The trials on the Pareto front of a multi-objective study (by the first objective)."""
+    header = " | ".join(spec.metrics)
+    lines = [f"| trial | {header} | params |", "|---:|" + "---:|" * len(spec.metrics) + "---|"]
+    for trial in sorted(study.best_trials, key=_rank):
+        values = " | ".join(_values(trial, spec))
+        lines.append(f"| {trial.number} | {values} | {_shown(dotted_params(trial.params))} |")
+    return "\n".join(lines)
+
+
+def _shown(params: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in params.items()
+    )
+
+
+def study_figures(study: Any, spec: SearchSpec) -> dict[str, bytes]:
+    """``{file name: PNG}`` of the figures the study can be drawn as (a figure that cannot be
+    drawn, such as importances from fewer than two complete trials, is left out with a note)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # Optuna draws through pyplot; no GUI backend on a server
+    import optuna.visualization.matplotlib as plots
+    from matplotlib import pyplot
+
+    target_name = spec.metrics[0]
+    if spec.multi_objective:
+        wanted = {
+            "pareto_front.png": lambda: plots.plot_pareto_front(
+                study, target_names=list(spec.metrics)
+            ),
+            "parallel_coordinate.png": lambda: plots.plot_parallel_coordinate(
+                study, target=lambda t: t.values[0], target_name=target_name
+            ),
+        }
+    else:
+        wanted = {
+            "optimization_history.png": lambda: plots.plot_optimization_history(
+                study, target_name=target_name
+            ),
+            "param_importances.png": lambda: plots.plot_param_importances(
+                study, target_name=target_name
+            ),
+            "parallel_coordinate.png": lambda: plots.plot_parallel_coordinate(
+                study, target_name=target_name
+            ),
+        }
+    figures = {}
+    for name, draw in wanted.items():
+        try:
+            with warnings.catch_warnings():  # Optuna's matplotlib backend is "experimental"
+                warnings.simplefilter("ignore")
+                axes = draw()
+            figure = getattr(axes, "figure", None) or axes.flat[0].figure
+            figures[name] = png_bytes(figure)
+            pyplot.close(figure)
+        except (ValueError, RuntimeError, ZeroDivisionError) as err:
+            logger.info("search %s: %s not drawn (%s)", spec.name, name, err)
+    return figures
+
+
+__all__ = ["pareto_table", "study_figures", "study_table"]

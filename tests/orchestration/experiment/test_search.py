@@ -1,0 +1,151 @@
+"""The search (``orchestration.experiment.search``) on a local Ray at the smoke preset: runs that
+end truthfully and are evaluated, a persistent Optuna study that resumes and grows, the
+multi-objective and the switch searches, a study on PostgreSQL, optuna-dashboard."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+from faults.servers import free_port
+from orchestration.experiment.search import run_search
+from sweeps.compose import load_platform_config
+
+
+def search(tmp_path: Path, *overrides: str):
+    config = load_platform_config(
+        ["preset=smoke", f"cluster.storage={tmp_path / 'runs'}", "train.epochs=4", *overrides]
+    )
+    return config, run_search(config)
+
+
+def trial_runs(tmp_path: Path) -> list:
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("linc-smoke")
+    runs = client.search_runs([experiment.experiment_id])
+    return client, [r for r in runs if r.data.tags.get("kind") != "sweep"], runs
+
+
+def study(tmp_path: Path, name: str = "hpo-smoke"):
+    storage = f"sqlite:///{tmp_path / 'runs' / 'optuna.db'}"
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_a_search_ends_its_runs_truthfully_evaluates_them_and_names_them(
+    ray_session, tmp_path
+) -> None:
+    """ASHA stops some trials early: none is FAILED; every run that trained all 4 epochs has
+    eval_cost; the early-stopped ones are FINISHED, tagged with their epoch, PRUNED in the
+    study; runs and trial folders are named by the searched values."""
+    _, (result, best) = search(tmp_path, "search.num_samples=6", "search.max_concurrent=2")
+    client, trials, runs = trial_runs(tmp_path)
+    assert len(trials) == 6 and {r.info.status for r in runs} == {"FINISHED"}
+    pruned = {t.number for t in study(tmp_path).trials if t.state.name == "PRUNED"}
+    stopped = 0
+    for run in trials:
+        epochs = len(client.get_metric_history(run.info.run_id, "epoch"))
+        assert "learning_rate=" in run.info.run_name and "tau_start=" in run.info.run_name
+        if epochs == 4:
+            assert "eval_cost" in run.data.metrics and "stopped_early" not in run.data.tags
+        else:
+            stopped += 1
+            assert run.data.tags["stopped_early"] == "true"
+            assert run.data.tags["stopped_at_epoch"] == str(epochs)
+    assert stopped == len(pruned)  # the scheduler's stops are the study's pruned trials
+    folders = sorted(p.name for p in (tmp_path / "runs" / "hpo-smoke").glob("trial_*"))
+    assert folders[0].startswith("trial_001_learning_rate=") and len(folders) == 6
+    assert set(best) == {"train.learning_rate", "train.tau_start", "validation_cost"}
+    assert "| trial | state | validation_cost | params |" in result.table
+
+
+def test_rerunning_a_search_resumes_its_study_and_adds_only_the_missing_trials(
+    ray_session, tmp_path
+) -> None:
+    search(tmp_path, "search.num_samples=3")
+    first = study(tmp_path).trials
+    assert len(first) == 3
+    search(tmp_path, "search.num_samples=3")  # nothing missing: nothing new
+    assert [t.params for t in study(tmp_path).trials] == [t.params for t in first]
+    search(tmp_path, "search.num_samples=6")
+    trials = study(tmp_path).trials
+    assert len(trials) == 6
+    assert [t.params for t in trials[:3]] == [t.params for t in first]
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 6  # none repeated
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
+    assert (tmp_path / "runs" / "hpo-smoke-more1").is_dir()
+    _, runs, everything = trial_runs(tmp_path)
+    parents = [r for r in everything if r.data.tags.get("kind") == "sweep"]
+    assert len(parents) == 1 and len(runs) == 6  # one parent run for every stage
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parents[0].info.run_id}
+
+
+def test_a_multi_objective_search_logs_its_pareto_front(ray_session, tmp_path) -> None:
+    metrics = ["search.metric=[validation_cost,seconds]", "search.mode=[min,min]"]
+    config, (result, best) = search(tmp_path, "search.num_samples=3", *metrics)
+    front = study(tmp_path)
+    assert [d.name for d in front.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert {"validation_cost", "seconds"} <= set(best)
+    client, _, runs = trial_runs(tmp_path)
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    table = Path(client.download_artifacts(parent.info.run_id, "pareto_front.md", tmp_path))
+    lines = table.read_text().splitlines()
+    assert lines[0] == "| trial | validation_cost | seconds | params |"
+    assert len(lines) - 2 == len(front.best_trials) >= 1
+    figures = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
+    assert "study/pareto_front.png" in figures
+
+
+def test_a_switch_search_searches_the_variant_switches(ray_session, tmp_path) -> None:
+    search(tmp_path, "search=switches", "search.num_samples=3")
+    _, runs, _ = trial_runs(tmp_path)
+    switches = ("scorer", "summary", "centring", "gated_attention", "depth_mixer")
+    for run in runs:  # each trial ran the switches it was given
+        for switch in switches:
+            assert f"{switch}=" in run.info.run_name
+            assert run.data.params[f"model.{switch}"] in run.info.run_name
+    assert len(study(tmp_path).trials[0].params) == 6
+
+
+def test_a_study_on_postgresql_holds_every_trial(ray_session, tmp_path, postgres) -> None:
+    search(tmp_path, "search.num_samples=2", "train.epochs=2", f"search.storage={postgres}")
+    trials = optuna.load_study(study_name="hpo-smoke", storage=postgres).trials
+    assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
+    assert not (tmp_path / "runs" / "optuna.db").exists()
+
+
+def test_optuna_dashboard_opens_the_study(ray_session, tmp_path) -> None:
+    search(tmp_path, "search.num_samples=2", "train.epochs=2")
+    port = free_port()
+    storage = f"sqlite:///{tmp_path / 'runs' / 'optuna.db'}"
+    program = Path(sys.executable).parent / "optuna-dashboard"  # the optional extra's command
+    dashboard = [str(program), storage, "--host", "127.0.0.1"]
+    server = subprocess.Popen(
+        [*dashboard, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        studies = _get_json(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
+        assert [s["study_name"] for s in studies] == ["hpo-smoke"]
+        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}")
+        assert [t["state"] for t in detail["trials"]] == ["Complete", "Complete"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _get_json(url: str, seconds: float = 60.0) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
