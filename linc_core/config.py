@@ -291,6 +291,43 @@ class TrainConfig:
         return max(1, self.instances_per_epoch // self.batch_size)
 
 
+def unused_fields(config: ModelConfig | TrainConfig) -> frozenset[str]:
+    """Fields whose values the model or the training never read under the other switches
+    (a run logs the rest: the settings that were in effect).
+
+    Model: the feature scorers' settings under the dot-product scorer; the summary's under no
+    summary (and under the mlp scorer, which has none); the depot row outside the mlp scorer
+    (the only one that zeroes it); the centred features without centring; the gate's without
+    GateAttn; the z residual's without z; the kNN statistics' without any. Training: the
+    temperature schedule under group-mean credit, the best-only start under dense credit.
+    """
+    unused: set[str] = set()
+    if isinstance(config, ModelConfig):
+        if config.scorer == "baseline":
+            unused |= {"candidate_features", "centred_features", "centring", "depot_row"}
+            unused |= {"summary", "scorer_hidden_dim", "phi_bias"}
+        if config.scorer == "mlp":
+            unused |= {"summary", "phi_bias"}
+        if config.scorer == "linc":
+            unused.add("depot_row")
+            if config.summary == "none":
+                unused.add("scorer_hidden_dim")
+        if config.centring == "none":
+            unused.add("centred_features")
+        if not config.gated_attention:
+            unused |= {"gate_mode", "gate_init_bias"}
+        if config.z_dim == 0:
+            unused.add("poly_hidden_dim")
+        if not config.node_static_features:
+            unused |= {"knn_k", "static_feature_mode"}
+    else:
+        if config.advantage == "group_mean":
+            unused |= {"tau_start", "tau_end", "tau_anneal_ratio"}
+        if config.rollout_mask == "dense":
+            unused.add("best_only_start_ratio")
+    return frozenset(unused)
+
+
 def config_differences(a: object, b: object) -> dict[str, tuple[Any, Any]]:
     """Fields whose values differ between two dataclass instances of the same type."""
     return {
@@ -315,4 +352,5 @@ __all__ = [
     "config_differences",
     "replace",
     "to_dict",
+    "unused_fields",
 ]

@@ -23,7 +23,7 @@ def ablation(config) -> int:
 
     result = run_ablation(config)
     print(f"\n{result.table}")
-    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id, result.registered)
     return 0
 
 

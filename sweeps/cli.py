@@ -16,8 +16,11 @@ from sweeps.compose import compose_mapping, load_platform_config, sweep_pointer
 Config = TypeVar("Config")
 
 
-def print_mlflow_ui(tracking_uri: str, parent_run_id: str | None = None) -> None:
-    """How to browse the runs (the UI binds to loopback, like every server linc starts)."""
+def print_mlflow_ui(
+    tracking_uri: str, parent_run_id: str | None = None, registered: str | None = None
+) -> None:
+    """How to browse the runs (the UI binds to loopback, like every server linc starts), and
+    how to load the sweep's registered policy (``registered``: ``NAME/VERSION``)."""
     from orchestration.tracking.store import runs_view_url
 
     server = tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
@@ -37,6 +40,8 @@ def print_mlflow_ui(tracking_uri: str, parent_run_id: str | None = None) -> None
         print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
     if experiment_id is not None:
         print(f"  then open {runs_view_url(server or 'http://127.0.0.1:5000', experiment_id)}")
+    if registered is not None:
+        print(f"The best policy is registered: mlflow.pyfunc.load_model('models:/{registered}')")
 
 
 def _show(what: str, package: str | None, overrides: Sequence[str], config_name: str) -> None:

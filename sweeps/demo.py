@@ -57,7 +57,7 @@ def demo(config) -> int:
         "platform, not a result; the protocol run is linc-ablation preset=cpu-repro "
         "'ablation.seeds=[1234,42,2026]' (README, Ablation)."
     )
-    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id, result.registered)
     return 0
 
 

@@ -32,7 +32,7 @@ def hpo(config) -> int:
         name, storage = result.study
         print(f"Optuna study {name!r}: optuna.load_study(study_name={name!r}, storage={storage!r})")
         print(f"  or: optuna-dashboard {storage} --host 127.0.0.1")
-    print_mlflow_ui(result.tracking_uri, result.parent_run_id)
+    print_mlflow_ui(result.tracking_uri, result.parent_run_id, result.registered)
     return 0
 
 

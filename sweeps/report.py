@@ -6,6 +6,7 @@ only; Ray is not imported).
     linc-report benchmark --experiment linc-cpu
     linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
     linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
+    linc-report register --run 4aae6ca33cbe4242943689250623677d --name linc-cpu
 
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
 ``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it), then the statistics
@@ -16,6 +17,9 @@ epochs, wall time and parameter count. ``--out DIR`` writes the table as ``DIR/T
 ``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
 ``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.report.figures``);
 ``--reference-curves FILE`` compares a seed's training curves with published ones.
+``register --run RUN_ID --name NAME``: the trial run's final policy logged as a pyfunc model on
+that run and registered (``orchestration.tracking.registry``; a sweep with
+``tracking.register`` registers its best trial itself).
 The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 (``orchestration.tracking.store.resolve_tracking_uri``, as the sweeps pick it).
 """
@@ -60,9 +64,25 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _register(tracking_uri: str, run_id: str, name: str) -> int:
+    """``linc-report register``: the run's policy as ``models:/NAME/VERSION``."""
+    from mlflow.exceptions import MlflowException
+
+    from orchestration.tracking.registry import register_run
+    from orchestration.tracking.target import TrackingTarget
+
+    try:
+        version = register_run(TrackingTarget(tracking_uri, "linc"), run_id, name)
+    except (LookupError, MlflowException) as err:
+        print(f"linc-report: register: {' '.join(str(err).split())[:300]}", file=sys.stderr)
+        return 2
+    print(f"registered run {run_id}'s policy as models:/{name}/{version}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="linc-report", description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=("ablation", "benchmark", "budget"))
+    parser.add_argument("table", choices=("ablation", "benchmark", "budget", "register"))
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--experiment", default="linc-cpu")
     parser.add_argument("--sweep", default=None, help="only the trials of this sweep")
@@ -82,7 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--reference-seed", type=int, default=1234, help="the seed of the reference curves"
     )
+    parser.add_argument("--run", default=None, help="register: the trial run whose policy")
+    parser.add_argument("--name", default="linc", help="register: the registered model's name")
     args = parser.parse_args(argv)
+    if args.table == "register" and not args.run:
+        parser.error("register: --run RUN_ID is required (a finished trial run)")
     from mlflow.tracking import MlflowClient
 
     from orchestration.report.ablation import finished_trial_runs, run_rows
@@ -104,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"linc-report: --tracking-uri: no database at {database}", file=sys.stderr)
             return 2
     client = MlflowClient(tracking_uri=tracking_uri)
+    if args.table == "register":
+        return _register(tracking_uri, args.run, args.name)
     try:
         rows = run_rows(finished_trial_runs(client, args.experiment, sweep=args.sweep))
     except LookupError as err:

@@ -19,17 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from linc_core.evaluate.pyvrp_solver import PyVRPError, solve_with_pyvrp
-from linc_core.instances import (
-    Instance,
-    read_cvrplib,
-    read_solomon,
-    read_solution,
-    read_tsplib,
-)
+from linc_core.instances import read_solution
+from linc_core.instances.any_file import read_instance
 from linc_core.instances.benchmarks import BENCHMARKS, load_bks
 from linc_core.verify import CONVENTIONS, convention_for, verify_instance
 
@@ -40,35 +35,6 @@ _FORMAT_BENCHMARK = {"solomon": "solomon", "tsplib": "tsplib", "cvrplib": "cvrpl
 
 # Decimals worth printing per convention: DIMACS edges have one, nint edges none.
 _COST_DECIMALS = {"exact": 4, "dimacs": 1, "tsplib": 0, "cvrplib": 0}
-
-
-def detect_format(path: Path) -> str:
-    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension (any case).
-
-    Raises:
-        ValueError: The extension is none of ``.txt``, ``.tsp``, ``.vrp``.
-    """
-    file_format = _FORMAT_BY_SUFFIX.get(path.suffix.lower())
-    if file_format is None:
-        raise ValueError(
-            f"{path}: extension {path.suffix or '(none)'!r} is not one linc reads: "
-            ".txt (Solomon), .tsp (TSPLIB) or .vrp (CVRPLIB)"
-        )
-    return file_format
-
-
-_FORMAT_BY_SUFFIX = {".txt": "solomon", ".tsp": "tsplib", ".vrp": "cvrplib"}
-_READERS: dict[str, Callable[[Path], Instance]] = {
-    "solomon": read_solomon,
-    "tsplib": read_tsplib,
-    "cvrplib": read_cvrplib,
-}
-
-
-def read_instance(path: Path) -> tuple[str, Instance]:
-    """(format, instance) of a benchmark file; the reader's own error when it cannot read it."""
-    file_format = detect_format(path)
-    return file_format, _READERS[file_format](path)
 
 
 def _best_known(path: Path, name: str) -> tuple[float, str] | None:

@@ -34,7 +34,7 @@ class EvalRow:
     cost_exact: float
     num_routes: int
     bks: float
-    gap_pct: float
+    gap_bks_pct: float
     pyvrp_cost: float
     pyvrp_gap_pct: float
     seconds: float
@@ -89,7 +89,7 @@ def score_solutions(
                 cost_exact=exact.cost if checked.feasible else math.nan,
                 num_routes=checked.num_routes,
                 bks=best_known,
-                gap_pct=_gap(cost, best_known),
+                gap_bks_pct=_gap(cost, best_known),
                 pyvrp_cost=pyvrp_cost,
                 pyvrp_gap_pct=_gap(cost, pyvrp_cost),
                 seconds=float(seconds[i]) if seconds is not None else math.nan,
@@ -123,7 +123,7 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
         aggregate = _gap(sum(r.cost for r in have), total)
         return mean_gap, aggregate, len(have)
 
-    mean_gap, aggregate_gap, with_bks = gaps("gap_pct", "bks")
+    mean_gap, aggregate_gap, with_bks = gaps("gap_bks_pct", "bks")
     pyvrp_gap, pyvrp_aggregate, with_pyvrp = gaps("pyvrp_gap_pct", "pyvrp_cost")
     pyvrp_known = [r.pyvrp_cost for r in ok if math.isfinite(r.pyvrp_cost)]
     known = [r.bks for r in ok if math.isfinite(r.bks)]
@@ -134,8 +134,8 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
         "mean_cost": float(np.mean([r.cost for r in ok])) if ok else math.nan,
         "mean_cost_exact": float(np.mean([r.cost_exact for r in ok])) if ok else math.nan,
         "mean_bks": float(np.mean(known)) if known else math.nan,
-        "mean_gap_pct": mean_gap,
-        "aggregate_gap_pct": aggregate_gap,
+        "mean_gap_bks_pct": mean_gap,
+        "aggregate_gap_bks_pct": aggregate_gap,
         "instances_with_bks": with_bks,
         "mean_pyvrp_cost": float(np.mean(pyvrp_known)) if pyvrp_known else math.nan,
         "mean_pyvrp_gap_pct": pyvrp_gap,

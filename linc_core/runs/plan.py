@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import pyarrow.fs as pafs
 
-from linc_core.config import ModelConfig, ProblemName, TrainConfig, to_dict
+from linc_core.config import ModelConfig, ProblemName, TrainConfig, to_dict, unused_fields
 from linc_core.evaluate.benchmark_sets import SOLOMON50_CUSTOMERS, solomon50
 from linc_core.instances import Instance
 from linc_core.instances.datasets import load_dataset, resolve_filesystem
@@ -125,6 +125,9 @@ class EvaluationSource:
         augment: 1, or 8 for the dihedral augmentation.
         decoding: ``greedy`` (per z) or ``sampling``.
         seed: the decoding's seed.
+        pyvrp_seconds: PyVRP's time per instance for the reference solution every evaluated
+            instance is also solved with (cached: ``linc_core.evaluate.pyvrp_cache``), so that
+            each run has a gap to a strong solution (``eval_gap_pyvrp_pct``); 0: none.
     """
 
     source: Literal["validation", "dataset", "solomon50", "none"] = "none"
@@ -133,9 +136,11 @@ class EvaluationSource:
     augment: Literal[1, 8] = 8
     decoding: Literal["greedy", "sampling"] = "greedy"
     seed: int = 0
+    pyvrp_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self)
+        require(self.pyvrp_seconds >= 0, "pyvrp_seconds", self.pyvrp_seconds, ">= 0")
 
 
 @dataclass(frozen=True)
@@ -150,13 +155,21 @@ class RunPlan:
     validation: ValidationSource
     evaluation: EvaluationSource
 
-    def settings(self) -> dict[str, Any]:
-        """Every effective setting as a nested plain mapping (what a run logs as its params)."""
+    def settings(self, in_effect: bool = False) -> dict[str, Any]:
+        """Every effective setting as a nested plain mapping; ``in_effect``: without the
+        fields the run never reads under its switches (``linc_core.config.unused_fields``),
+        what a run logs as its params."""
+
+        def fields_of(config: ModelConfig | TrainConfig) -> dict[str, Any]:
+            values = to_dict(config)
+            skip = unused_fields(config) if in_effect else frozenset()
+            return {k: v for k, v in values.items() if k not in skip}
+
         return {
             "variant": self.variant,
             "protocol": self.protocol,
-            "model": to_dict(self.model),
-            "train": to_dict(self.train),
+            "model": fields_of(self.model),
+            "train": fields_of(self.train),
             "data": dataclasses.asdict(self.data),
             "validation": dataclasses.asdict(self.validation),
             "evaluation": dataclasses.asdict(self.evaluation),

@@ -78,6 +78,9 @@ class DataSpec:
         eval_rollouts: z vectors (or starts) per instance at the final evaluation.
         eval_augment: 1, or 8 for the dihedral augmentation.
         eval_decoding: ``greedy`` (per z) or ``sampling``.
+        eval_pyvrp_seconds: PyVRP's time per evaluated instance for the reference solution the
+            run's gap ``eval_gap_pyvrp_pct`` is measured against (solved once per instance and
+            budget, cached); 0: none.
     """
 
     source: Literal["generated", "dataset", "solomon50"] = "generated"
@@ -88,6 +91,7 @@ class DataSpec:
     eval_rollouts: int = 128
     eval_augment: Literal[1, 8] = 8
     eval_decoding: Literal["greedy", "sampling"] = "greedy"
+    eval_pyvrp_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -100,6 +104,7 @@ class DataSpec:
                 "a data set folder or s3:// URI for a dataset source",
             )
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
+        require(self.eval_pyvrp_seconds >= 0, "eval_pyvrp_seconds", self.eval_pyvrp_seconds, ">= 0")
 
     def source_of(self, task: TaskSpec) -> DataSource:
         """The training data (its seed None: the plan derives it from the training seed)."""
@@ -117,6 +122,7 @@ class DataSpec:
             self.eval_augment,
             self.eval_decoding,
             derive_seed(self.seed or 0, "final-evaluation"),
+            self.eval_pyvrp_seconds,
         )
 
 
@@ -129,6 +135,9 @@ class TrackingSpec:
     under the sweep's parent run and tagged with the sweep's name. ``flush_timeout_s``: how long
     a finished trial (or the driver) waits for an unreachable store to take its last records
     (``orchestration.tracking.writer``); what is left stays in the trial's final checkpoint.
+    ``register``: the model-registry name the sweep's best trial (lowest ``eval_cost``) is
+    registered under at its end, as a pyfunc model (``orchestration.tracking.registry``); null:
+    none.
     """
 
     uri: str | None = None
@@ -137,10 +146,12 @@ class TrackingSpec:
     parent_run_id: str | None = None
     sweep: str | None = None
     flush_timeout_s: float = 600.0
+    register: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
         require(bool(self.experiment), "experiment", self.experiment, "a name")
+        require(self.register is None or bool(self.register), "register", self.register, "a name")
         require(self.flush_timeout_s >= 0, "flush_timeout_s", self.flush_timeout_s, ">= 0")
 
 

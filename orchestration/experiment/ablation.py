@@ -34,16 +34,23 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
     parent.log_text(json.dumps(rows, indent=2), "ablation_rows.json")
     parent.log_metric("sweep_seconds", time.perf_counter() - started)
     failed = bool(results.errors)
-    experiment.finish(
+    described = (
+        f"Ablation {spec.name}: {len(spec.variants)} variants x {len(spec.seeds)} seed(s), "
+        f"gaps relative to {spec.compare_to}. The statistics with intervals are in report/.\n\n"
+        f"{table}"
+    )
+    registered = experiment.finish(
         failed=failed,
         report=lambda: log_ablation_report(parent, experiment.tracking, spec.compare_to),
+        description=described,
     )
     if failed:
         raise RuntimeError(
             f"{spec.name}: {len(results.errors)} trial(s) failed; "
             f"first: {results.errors[0]}\n{table}"
         )
-    return sweep_result(spec.name, experiment, rows, table)
+    result = sweep_result(spec.name, experiment, rows, table)
+    return dataclasses.replace(result, registered=registered)
 
 
 __all__ = ["run_ablation"]

@@ -57,6 +57,7 @@ class SweepResult:
     experiment_path: str
     tracking_uri: str
     study: tuple[str, str] | None = None  # a search's Optuna study: (name, storage URL)
+    registered: str | None = None  # the best policy in the model registry: NAME/VERSION
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Experiment:
     path: str
     tracking: TrackingTarget
     flush_timeout_s: float
+    register_as: str | None = None  # the model-registry name of the sweep's best policy
 
     @property
     def parent_run_id(self) -> str:
@@ -79,11 +81,19 @@ class Experiment:
         return self.parent.run_id
 
     def finish(
-        self, *, failed: bool, stopped: bool = False, report: Callable[[], None] | None = None
-    ) -> None:
-        """Settle the sweep's runs, then ``report`` (see
-        :func:`~orchestration.tracking.sweep_runs.finish_sweep`)."""
-        finish_sweep(
+        self,
+        *,
+        failed: bool,
+        stopped: bool = False,
+        report: Callable[[], None] | None = None,
+        register: bool = True,
+        description: str | None = None,
+    ) -> str | None:
+        """Settle the sweep's runs, then ``report``, then register the best trial's policy as
+        ``tracking.register`` (unless ``register`` is False: a search's earlier stage) (see
+        :func:`~orchestration.tracking.sweep_runs.finish_sweep`); returns the registered model
+        (``NAME/VERSION``) or None."""
+        return finish_sweep(
             self.tracking,
             self.parent,
             self.results,
@@ -91,6 +101,8 @@ class Experiment:
             failed=failed,
             flush_timeout_s=self.flush_timeout_s,
             report=report,
+            register=self.register_as if register else None,
+            description=description,
         )
 
 
@@ -197,7 +209,7 @@ def run_experiment(
         parent = open_parent_run(
             plan.tracking,
             sweep,
-            plan.params(sweep=sweep),
+            plan.params(varied=tuple(label_keys), sweep=sweep),
             fs or pafs.LocalFileSystem(),
             record_path,
             restore or experiment_name is not None,
@@ -215,7 +227,14 @@ def run_experiment(
         tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage),
         placement,  # per trial, from its own config: the memory its variant needs
     )
-    experiment = Experiment(None, parent, place.experiment_path, tracking, tracking.flush_timeout_s)
+    experiment = Experiment(
+        None,
+        parent,
+        place.experiment_path,
+        tracking,
+        tracking.flush_timeout_s,
+        config.tracking.register,
+    )
     with stop_sweep_on_signals() as stop:
         try:
             if restore:

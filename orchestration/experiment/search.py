@@ -108,7 +108,7 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         if not exists and missing <= 0:
             break
         if experiment is not None:
-            experiment.finish(failed=False)  # the stage before: its runs settled first
+            experiment.finish(failed=False, register=False)  # the stage before: settled first
         experiment = run_experiment(
             config,
             sweep,
@@ -121,9 +121,11 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         rows += [result_row(r, tuple(spec.space)) for r in experiment.results]
     assert experiment is not None  # the first stage always runs
     best = _log_study(experiment, study, spec, url)
-    experiment.finish(failed=False)
+    described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
+    registered = experiment.finish(failed=False, description=described)
     result = sweep_result(spec.name, experiment, rows, study_table(study, spec))
-    return dataclasses.replace(result, study=(spec.name, _without_password(url))), best
+    study_at = (spec.name, _without_password(url))
+    return dataclasses.replace(result, study=study_at, registered=registered), best
 
 
 def _log_study(experiment: Experiment, study: Any, spec: SearchSpec, url: str) -> dict[str, Any]:

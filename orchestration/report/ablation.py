@@ -55,11 +55,13 @@ class AblationData:
             ``eval_infeasible``, ``seconds``, ``run_id`` (as ``linc-report`` builds them).
         costs: ``{variant: {seed: {instance: cost}}}`` of the feasible evaluated instances.
         histories: ``{variant: {seed: [(epoch, train_best_cost), ...]}}``.
+        validation: the same of ``validation_cost`` (empty where runs did not validate).
     """
 
     rows: list[dict[str, Any]]
     costs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
     histories: dict[str, dict[int, History]] = field(default_factory=dict)
+    validation: dict[str, dict[int, History]] = field(default_factory=dict)
 
 
 def finished_trial_runs(
@@ -134,6 +136,10 @@ def collect(client: Any, rows: Sequence[Mapping[str, Any]]) -> AblationData:
         history = client.get_metric_history(row["run_id"], CURVE_METRIC)
         points = sorted((int(m.step), float(m.value)) for m in history)
         data.histories.setdefault(variant, {})[seed] = points
+        checked = client.get_metric_history(row["run_id"], "validation_cost")
+        if checked:
+            validation = sorted((int(m.step), float(m.value)) for m in checked)
+            data.validation.setdefault(variant, {})[seed] = validation
     return data
 
 
@@ -237,6 +243,10 @@ def report_charts(
     charts: dict[str, Chart] = {
         "training_curves.png": training_curves(data.histories, reference=compare_to)
     }
+    if data.validation:
+        charts["validation_curves.png"] = training_curves(
+            data.validation, metric="validation_cost", reference=compare_to
+        )
     if compare_to is not None and compare_to in data.costs:
         intervals = {
             row.variant: (row.gap_interval.low, row.gap_interval.high)
@@ -265,7 +275,9 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
 def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str | None) -> None:
     """Write the report of the trial runs under the sweep's ``parent`` run (a
     :class:`~orchestration.tracking.writer.RunWriter`) onto it as artifacts (:func:`report_files`),
-    and each trial run's paired gap to ``compare_to`` of its seed as its ``gap_pct`` metric
+    and each trial run's paired gap to ``compare_to`` of its seed as its ``gap_vs_variant_pct``
+    metric (tag ``gap_vs_variant``: which variant; the evaluation's gaps to strong solutions
+    are ``eval_gap_pyvrp_pct`` and, per instance, ``gap_bks_pct``)
     (:func:`trial_gaps`). ``tracking`` is the sweep's store and experiment. A store that does
     not answer costs the report, with a warning naming the command that rebuilds it, never the
     sweep."""
@@ -276,7 +288,8 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
         compare = compare_to if compare_to in data.costs else None
         files = report_files(data, compare)
         for run_id, gap in trial_gaps(data, compare).items():
-            client.log_metric(run_id, "gap_pct", gap)
+            client.log_metric(run_id, "gap_vs_variant_pct", gap)
+            client.set_tag(run_id, "gap_vs_variant", compare)
     except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
         logger.warning(
             "ablation report not logged on run %s (%s); rebuild it with: linc-report ablation "

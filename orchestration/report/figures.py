@@ -108,13 +108,28 @@ def ablation_chart(
     return Chart(png_bytes(figure), plotted)
 
 
+def _colours(count: int) -> list[tuple[Any, str]]:
+    """(colour, line style) per series: tab10's ten well-apart colours, then the same colours
+    dashed (tab20 pairs near-identical shades)."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"]
+    return [(palette(i % 10), "-" if i < 10 else "--") for i in range(count)]
+
+
+def _integer_epochs(axes: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def training_curves(
     histories: Mapping[str, Mapping[Any, Sequence[tuple[int, float]]]],
     metric: str = "train_best_cost",
     reference: str | None = None,
 ) -> Chart:
-    """One line per variant: the mean over seeds of ``metric`` per epoch (thick), each seed as
-    a thin line of the same colour; the ``reference`` variant in black.
+    """One line per variant: the mean over seeds of ``metric`` per epoch (thick; with several
+    seeds each seed as a thin line of the same colour); the ``reference`` variant in black.
 
     Args:
         histories: ``{variant: {seed: [(epoch, value), ...]}}`` (MLflow metric histories).
@@ -125,32 +140,35 @@ def training_curves(
         The chart; ``values`` maps each variant's label to its plotted mean curve
         ``[(epoch, mean), ...]`` (epochs every seed reached).
     """
-    import matplotlib
-
     figure = new_figure(11.0, 5.0)
     axes = figure.add_subplot()
     order = [v for v in PRESETS if v in histories] + sorted(set(histories) - set(PRESETS))
-    palette = matplotlib.colormaps["tab20" if len(order) > 10 else "tab10"]
+    styles = iter(_colours(len(order)))
+    several = any(len(seeds) > 1 for seeds in histories.values())
     plotted: dict[str, Any] = {}
-    for index, variant in enumerate(order):
-        colour = "black" if variant == reference else palette(index % palette.N)
+    for variant in order:
+        colour, style = ("black", "-") if variant == reference else next(styles)
         seeds = histories[variant]
         for points in seeds.values():
             if len(seeds) > 1:
                 epochs, values = zip(*sorted(points), strict=True)
-                axes.plot(epochs, values, color=colour, linewidth=0.6, alpha=0.35)
+                axes.plot(epochs, values, color=colour, linestyle=style, linewidth=0.6, alpha=0.35)
         shared = set.intersection(*(set(e for e, _ in p) for p in seeds.values()))
         epochs = sorted(shared)
         means = [float(np.mean([dict(p)[e] for p in seeds.values()])) for e in epochs]
         label = _label(variant, reference)
-        (line,) = axes.plot(epochs, means, color=colour, linewidth=1.8, label=label)
+        (line,) = axes.plot(
+            epochs, means, color=colour, linestyle=style, linewidth=1.8, label=label
+        )
         drawn = zip(line.get_xdata(), line.get_ydata(), strict=True)
         plotted[label] = [(int(epoch), float(value)) for epoch, value in drawn]
+    _integer_epochs(axes)
     axes.set_xlabel("epoch")
-    axes.set_ylabel(f"{metric} (mean over seeds; thin lines: single seeds)")
-    axes.set_title("Training curves")
+    seeds_note = " (mean over seeds; thin lines: single seeds)" if several else ""
+    axes.set_ylabel(f"{metric}{seeds_note}")
+    axes.set_title(f"Training curves: {metric} per epoch")
     if order:
-        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return Chart(png_bytes(figure), plotted)
 
 
@@ -169,19 +187,27 @@ def pairwise_curves(
     metric: str = "train_best_cost",
     columns: int = 4,
 ) -> Chart:
-    """The paper's appendix figure: one panel per variant, ``compare_to``'s training curve (black)
-    against the variant's (colour), each the mean over seeds with a band from the lowest to the
-    highest seed.
+    """The paper's appendix figure: one panel per variant, ``compare_to``'s training curve
+    (black) against the variant's (blue), each the mean over seeds with a band from the lowest
+    to the highest seed; one y scale for every panel, a legend, labelled axes.
 
     Returns:
         The chart; ``values`` maps each variant's label to ``{"variant": [(epoch, mean)],
         "reference": [(epoch, mean)]}`` as drawn.
     """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     others = [v for v in PRESETS if v in histories and v != compare_to]
     others += sorted(set(histories) - set(PRESETS) - {compare_to})
     rows = max(1, math.ceil(len(others) / columns))
-    figure = new_figure(3.2 * columns, 2.6 * rows + 0.6)
+    figure = new_figure(3.4 * columns, 2.8 * rows + 1.0)
     reference = _band(histories[compare_to]) if compare_to in histories else None
+    several = any(len(seeds) > 1 for seeds in histories.values())
+    bands = [b for b in [reference, *(_band(histories[v]) for v in others)] if b is not None]
+    low = min((min(b[2]) for b in bands if b[0]), default=0.0)
+    high = max((max(b[3]) for b in bands if b[0]), default=1.0)
+    margin = 0.04 * (high - low or 1.0)
     plotted: dict[str, Any] = {}
     for index, variant in enumerate(others):
         axes = figure.add_subplot(rows, columns, index + 1)
@@ -192,17 +218,31 @@ def pairwise_curves(
         ):
             if band is None:
                 continue
-            epochs, mean, low, high = band
-            axes.fill_between(epochs, low, high, color=colour, alpha=0.15, linewidth=0)
-            (line,) = axes.plot(epochs, mean, color=colour, linewidth=1.2)
+            epochs, mean, lows, highs = band
+            if several:
+                axes.fill_between(epochs, lows, highs, color=colour, alpha=0.15, linewidth=0)
+            (line,) = axes.plot(epochs, mean, color=colour, linewidth=1.4)
             drawn[key] = [
                 (int(e), float(v)) for e, v in zip(line.get_xdata(), line.get_ydata(), strict=True)
             ]
-        label = _label(variant, None)
-        axes.set_title(f"{label} (blue) vs {_label(compare_to, None)}", fontsize=7)
-        axes.tick_params(labelsize=6)
-        plotted[label] = drawn
-    figure.suptitle(f"{metric} per epoch: mean over seeds, band from lowest to highest seed")
+        axes.set_ylim(low - margin, high + margin)
+        _integer_epochs(axes)
+        axes.set_title(_label(variant, None), fontsize=9)
+        axes.tick_params(labelsize=8)
+        if index % columns == 0:
+            axes.set_ylabel(metric, fontsize=8)
+        if index >= len(others) - columns:
+            axes.set_xlabel("epoch", fontsize=8)
+        plotted[_label(variant, None)] = drawn
+    handles = [
+        Line2D([], [], color="black", linewidth=1.4, label=_label(compare_to, compare_to)),
+        Line2D([], [], color="tab:blue", linewidth=1.4, label="the panel's variant"),
+    ]
+    if several:
+        handles.append(Patch(color="grey", alpha=0.3, label="lowest to highest seed"))
+    figure.legend(handles=handles, loc="upper right", fontsize=9, ncol=len(handles))
+    seeds_note = "mean over seeds" if several else "one seed"
+    figure.suptitle(f"{metric} per epoch, each variant against the reference ({seeds_note})")
     return Chart(png_bytes(figure), plotted)
 
 

@@ -26,7 +26,8 @@ RUNS_VIEW = "linc-runs"
 RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW}"
 RUNS_TABLE_METRICS = (
     "eval_cost",
-    "gap_pct",
+    "gap_vs_variant_pct",
+    "eval_gap_pyvrp_pct",
     "eval_infeasible",
     "train_best_cost",
     "validation_cost",

@@ -29,8 +29,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from linc_core.train.checkpoint import CHECKPOINT_NAME
+from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
 from linc_core.utils.atomic import write_atomic
+from orchestration.tracking.registry import register_best
 from orchestration.tracking.store import TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
@@ -38,6 +39,7 @@ from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
 logger = logging.getLogger(__name__)
 
 SWEEP_FILE = "linc_sweep.json"
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (Markdown)
 
 
 @dataclass(frozen=True)
@@ -131,12 +133,18 @@ def finish_sweep(
     failed: bool,
     flush_timeout_s: float,
     report: Callable[[], None] | None = None,
-) -> None:
+    register: str | None = None,
+    description: str | None = None,
+) -> str | None:
     """Replay the trials' leftover journals, settle every trial run still RUNNING (from its
-    trial's Tune result: :func:`_settle_children`), tag each
+    trial's Tune result: :func:`_settle_children`), register the best trial's policy as
+    ``register`` (unless the sweep was stopped), tag each
     trial run with its final checkpoint, run ``report`` (the trial runs are complete by then),
     and set the parent run's status (KILLED when ``stopped``, else FAILED when ``failed``, else
-    FINISHED), then flush."""
+    FINISHED), then flush. The parent run also gets the sweep's summary: its trial counts and
+    best ``eval_cost`` as metrics, the git commit as a tag and ``description`` (Markdown, which
+    the MLflow UI shows as the run's description). Returns the registered model as
+    ``NAME/VERSION`` (None: none)."""
     for result in results or ():
         _replay_journal(result, tracking, flush_timeout_s)
     status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
@@ -144,8 +152,32 @@ def finish_sweep(
     _tag_final_checkpoints(tracking, parent, results)
     if report is not None:
         report()
+    _summarize(parent, results, description)
+    model = None
+    if register and not stopped:
+        registered = register_best(tracking, parent.run_id, register, tracking.sweep or "")
+        if registered is not None:
+            trial_run, version = registered
+            model = f"{register}/{version}"
+            parent.set_tags({"registered_model": model, "best_run": trial_run})
     parent.set_status(status)
     parent.close(flush_timeout_s)
+    return model
+
+
+def _summarize(parent: RunWriter, results: Any, description: str | None) -> None:
+    """The sweep's trial counts, best evaluation, code version and description on its run."""
+    results = list(results or ())
+    failed = sum(r.error is not None for r in results)
+    costs = [(r.metrics or {}).get("eval_cost") for r in results]
+    costs = [c for c in costs if isinstance(c, int | float)]
+    parent.log_metrics(
+        {"trials": len(results), "trials_finished": len(results) - failed, "trials_failed": failed}
+        | ({"best_eval_cost": min(costs)} if costs else {})
+    )
+    parent.set_tag("git_commit", git_commit() or "unknown")
+    if description:
+        parent.set_tag(NOTE_TAG, description)
 
 
 def _replay_journal(result: Any, tracking: TrackingTarget, timeout: float) -> None:

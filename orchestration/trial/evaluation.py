@@ -19,6 +19,7 @@ from linc_core.evaluate import (
     evaluate_policy,
     planned_rollouts,
     plot_routes,
+    pyvrp_costs,
     rows_csv,
     summary_json,
 )
@@ -46,21 +47,30 @@ def evaluate_trial(
     driver's console shows the trial's last epoch, then nothing until it finishes.
     """
     config = decode_config(policy, source)
+    pyvrp = None
+    if source.pyvrp_seconds > 0:  # the reference each run's gap is measured against
+        singles = [instances.select([i]) for i in range(instances.batch_size)]
+        pyvrp = pyvrp_costs(singles, "exact", source.pyvrp_seconds)
     total = planned_rollouts(config, instances, policy.config.z_dim)
     desc = f"{label} evaluation ({config.label})".strip()
     with Progress(total, desc, "rollout", stream=sys.stdout, interval=30.0) as progress:
         return evaluate_policy(
-            policy, instances, config, convention="exact", progress=progress.update
+            policy, instances, config, convention="exact", pyvrp=pyvrp, progress=progress.update
         )
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """``eval_cost`` (mean exact cost over feasible solutions) and ``eval_infeasible`` (count)."""
+    """``eval_cost`` (mean exact cost over feasible solutions), ``eval_infeasible`` (count)
+    and, where the instances have a PyVRP reference, ``eval_gap_pyvrp_pct`` (mean gap to it)."""
     mean = evaluation.summary["mean_cost"]
-    return {
+    metrics = {
         "eval_cost": float(mean) if math.isfinite(mean) else math.inf,
         "eval_infeasible": float(evaluation.summary["errors"]),
     }
+    gap = evaluation.summary["mean_pyvrp_gap_pct"]
+    if math.isfinite(gap):
+        metrics["eval_gap_pyvrp_pct"] = float(gap)
+    return metrics
 
 
 def log_evaluation(

@@ -69,20 +69,37 @@ class TrialPlan:
         """``full_linc-seed1234``, then a search's values: ``... learning_rate=0.000846``."""
         return f"{self.run.variant}-seed{self.run.train.seed} {self.label}".rstrip()
 
-    def settings(self) -> dict[str, Any]:
-        """The run's effective settings, the resources and the fault injection, nested."""
-        return self.run.settings() | {
+    def settings(self, in_effect: bool = False) -> dict[str, Any]:
+        """The run's effective settings, the resources and the fault injection, nested
+        (``in_effect``: without the settings its switches never read)."""
+        return self.run.settings(in_effect) | {
             "resources": dataclasses.asdict(self.resources),
             "fault": dataclasses.asdict(self.fault),
             "tracking": {"experiment": self.tracking.experiment, "sweep": self.tracking.sweep},
         }
 
-    def params(self, data_id: str | None = None, **extra: Any) -> dict[str, str]:
-        """The MLflow params: :meth:`settings` (plus ``data.id`` and ``extra`` sections)
-        flattened to dotted keys; a setting that does not apply (None) is left out."""
-        settings = self.settings() | extra
+    def params(
+        self, data_id: str | None = None, varied: tuple[str, ...] = (), **extra: Any
+    ) -> dict[str, str]:
+        """The MLflow params: the settings in effect (plus ``data.id`` and ``extra`` sections)
+        flattened to dotted keys; a setting that does not apply (None) is left out.
+
+        ``varied``: config keys that differ between a sweep's trials, left out of the sweep's
+        parent run, which is no trial (``model.variant``: the variant and its model; a
+        searched ``model.overrides.F``: ``model.F``).
+        """
+        settings = self.settings(in_effect=True) | extra
         if data_id is not None:
             settings["data"] = settings["data"] | {"id": data_id}
+        for key in varied:
+            if key == "model.variant":
+                settings.pop("variant", None)
+                settings.pop("model", None)
+                continue
+            section, _, name = key.partition(".")
+            name = name.removeprefix("overrides.")
+            if isinstance(settings.get(section), dict):
+                settings[section] = {k: v for k, v in settings[section].items() if k != name}
         return flatten_params(_without_none(settings))
 
 

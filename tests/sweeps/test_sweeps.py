@@ -69,7 +69,9 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     # the sweep (what it varies) and its base trial's effective settings; no null slots
     sweep = {"kind": "ablation", "name": "ablation-smoke", "compare_to": "full_linc"}
     sweep |= {"variants": ("baseline", "full_linc"), "seeds": (1, 2), "resume": True}
-    assert parent.data.params == TrialPlan.from_config(config).params(sweep=sweep)
+    varied = ("model.variant", "train.seed")  # the parent run is no trial: not its variant
+    assert parent.data.params == TrialPlan.from_config(config).params(varied=varied, sweep=sweep)
+    assert "variant" not in parent.data.params and "train.seed" not in parent.data.params
     assert parent.data.params["sweep.variants"] == "('baseline', 'full_linc')"
     for run in trials:
         tags, params = run.data.tags, run.data.params
@@ -98,6 +100,7 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     assert {"ablation_table.md", "ablation_rows.json"} <= parent_artifacts
     report = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     figures = ("ablation_chart.png", "training_curves.png", "pairwise_curves.png")
+    figures += ("validation_curves.png",)  # the smoke preset validates every epoch
     names = ("ablation_statistics.md", "ablation_statistics.csv", *figures)
     assert report == {f"report/{name}" for name in names}
     for figure in figures:
@@ -120,26 +123,25 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     # each trial's gap: to Full LINC of its own seed, over the same instances
     costs = {(r.data.tags["variant"], r.data.tags["seed"]): r for r in trials}
     for seed in ("1", "2"):
-        assert costs[("full_linc", seed)].data.metrics["gap_pct"] == 0.0
+        assert costs[("full_linc", seed)].data.metrics["gap_vs_variant_pct"] == 0.0
         baseline_run = costs[("baseline", seed)]
         own, reference = (
             costs[(v, seed)].data.metrics["eval_cost"] for v in ("baseline", "full_linc")
         )
         # every instance is feasible here, so the paired gap is the gap of the mean costs
         expected = 100 * (own - reference) / reference
-        assert baseline_run.data.metrics["gap_pct"] == pytest.approx(expected, rel=1e-9)
-    assert not any(key.startswith("gap_pct.") for key in parent.data.metrics)
+        assert baseline_run.data.metrics["gap_vs_variant_pct"] == pytest.approx(expected, rel=1e-9)
+    assert not any(key.startswith("gap_vs_variant_pct.") for key in parent.data.metrics)
     experiment = client.get_experiment_by_name(config.tracking.experiment)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     # the runs table opens (through the UI's shared view) on the columns that compare runs
     view = json.loads(experiment.tags["mlflow.sharedViewState.linc-runs"])
-    assert {"metrics.`eval_cost`", "metrics.`gap_pct`", "tags.`variant`", "tags.`seed`"} <= set(
-        view["selectedColumns"]
-    )
+    shown = {"metrics.`eval_cost`", "metrics.`gap_vs_variant_pct`", "tags.`variant`"}
+    assert shown | {"tags.`seed`"} <= set(view["selectedColumns"])
     assert all(
         f"metrics.`{key}`" in view["selectedColumns"]
         for key in trials[0].data.metrics
-        if key in ("eval_cost", "gap_pct", "train_best_cost", "validation_cost")
+        if key in ("eval_cost", "gap_vs_variant_pct", "train_best_cost", "validation_cost")
     )
     assert Path(experiment.artifact_location) == tmp_path / "runs" / "mlartifacts"
     for run in runs:  # every artifact beside the store, none in the working directory
@@ -148,9 +150,19 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     first = {r.data.tags["variant"]: r.data.params for r in trials if r.data.tags["seed"] == "1"}
     differing = {
         key
-        for key in first["baseline"].keys() | first["full_linc"].keys()
+        for key in first["baseline"].keys() & first["full_linc"].keys()
         if first["baseline"].get(key) != first["full_linc"].get(key)
     }
+    # ... and the baseline logs none of the settings its switches never read: the feature
+    # scorer's (dot-product scorer), the gate's (no GateAttn), the temperature schedule's
+    # (group-mean credit) and the best-only start (dense credit)
+    omitted = first["full_linc"].keys() - first["baseline"].keys()
+    unread = ("candidate_features", "centred_features", "centring", "summary")
+    unread += ("scorer_hidden_dim", "phi_bias", "gate_mode", "gate_init_bias")
+    schedule = ("tau_start", "tau_end", "tau_anneal_ratio", "best_only_start_ratio")
+    assert omitted == {f"model.{k}" for k in unread} | {f"train.{k}" for k in schedule}
+    assert first["baseline"].keys() - first["full_linc"].keys() == set()
+    assert first["full_linc"]["train.precision"] == "fp32"  # auto, as it ran on CPU
     switches = PRESETS["baseline"]
     allowed = {"variant"} | {f"model.{k}" for k in switches.model}
     allowed |= {f"train.{k}" for k in switches.train}

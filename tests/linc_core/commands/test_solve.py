@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from linc_core.commands.solve import detect_format, main
+from linc_core.commands.solve import main
 from linc_core.evaluate import pyvrp_solver
+from linc_core.instances.any_file import detect_format
 from linc_core.verify import VerifyResult, Violation
 from tests.linc_core.evaluate.test_pyvrp_solver import SEED
 

@@ -19,8 +19,8 @@ def test_markdown_table_rows_and_notes_give_the_summary_numbers():
     summary = {
         "mean_cost": 830.25,
         "mean_bks": 827.3,
-        "mean_gap_pct": 0.5,
-        "aggregate_gap_pct": 0.25,
+        "mean_gap_bks_pct": 0.5,
+        "aggregate_gap_bks_pct": 0.25,
         "instances_with_bks": 2,
         "mean_pyvrp_gap_pct": -1.0,
         "aggregate_pyvrp_gap_pct": -1.5,

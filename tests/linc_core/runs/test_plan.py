@@ -161,3 +161,21 @@ def test_settings_hold_every_effective_field() -> None:
     flat = flat_settings(plan)
     assert flat["model.gated_attention"] == "False" and flat["train.epochs"] == "4"
     assert {f"train.{name}" for name in TrainConfig.__dataclass_fields__} <= set(flat)
+
+
+def test_unused_fields_are_the_settings_a_runs_switches_never_read() -> None:
+    from linc_core.config import ModelConfig, TrainConfig, unused_fields
+
+    assert unused_fields(ModelConfig()) == {"depot_row"}  # full LINC reads all but that
+    mlp = ModelConfig(scorer="mlp", centring="none", summary="none")
+    assert unused_fields(mlp) == {"summary", "phi_bias", "centred_features"}
+    plain = ModelConfig(summary="none", gated_attention=False, z_dim=0, node_static_features=())
+    assert unused_fields(plain) == {
+        "depot_row", "scorer_hidden_dim", "gate_mode", "gate_init_bias", "poly_hidden_dim",
+        "knn_k", "static_feature_mode",
+    }  # fmt: skip
+    dense = TrainConfig(advantage="group_mean", rollout_mask="dense")
+    assert unused_fields(dense) == {
+        "tau_start", "tau_end", "tau_anneal_ratio", "best_only_start_ratio"
+    }  # fmt: skip
+    assert unused_fields(TrainConfig()) == frozenset()

@@ -6,6 +6,7 @@ import pytest
 from ray import tune
 
 from linc_core.commands.train import build_parser, plan_from_args
+from linc_core.config import unused_fields
 from linc_core.presets import ABLATION_VARIANTS, PRESETS
 from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig, with_dotted
@@ -87,14 +88,28 @@ def test_trial_params_are_the_effective_settings() -> None:
 
 
 def test_two_variants_trial_params_differ_exactly_in_the_variants_switches() -> None:
+    """... and in the settings the variant's switches stop reading, which it does not log."""
     base = load_platform_config(["preset=smoke"])
-    full = TrialPlan.from_config(base).params()
+    full_plan = TrialPlan.from_config(base)
+    full = full_plan.params()
     for variant in ("baseline", "no_gateattn", "no_soft_top1"):
-        other = TrialPlan.from_mapping(base.with_values(**{"model.variant": variant})).params()
-        differing = {key for key in full.keys() | other.keys() if full.get(key) != other.get(key)}
+        plan = TrialPlan.from_mapping(base.with_values(**{"model.variant": variant}))
+        other = plan.params()
+        shared = full.keys() & other.keys()
+        differing = {key for key in shared if full[key] != other[key]}
         preset = PRESETS[variant]
         switches = {f"model.{k}" for k in preset.model} | {f"train.{k}" for k in preset.train}
-        assert differing == {"variant"} | switches, variant
+        assert differing == ({"variant"} | switches) & shared, variant
+        unread = {
+            f"{section}.{name}"
+            for section, mine, theirs in (
+                ("model", plan.run.model, full_plan.run.model),
+                ("train", plan.run.train, full_plan.run.train),
+            )
+            for name in unused_fields(mine) - unused_fields(theirs)
+        }
+        assert full.keys() - other.keys() == unread, variant
+        assert other.keys() - full.keys() == set(), variant
 
 
 def test_cli_prints_config_or_plan_and_refuses_bad_config(capsys) -> None:

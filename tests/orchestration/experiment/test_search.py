@@ -106,10 +106,12 @@ def test_a_switch_search_searches_the_variant_switches(ray_session, tmp_path) ->
     search(tmp_path, "search=switches", "search.num_samples=3")
     _, runs, _ = trial_runs(tmp_path)
     switches = ("scorer", "summary", "centring", "gated_attention", "depth_mixer")
-    for run in runs:  # each trial ran the switches it was given
+    for run in runs:  # each trial ran the switches it was given (those it reads: its params)
+        assert run.data.params["model.scorer"] in run.info.run_name
         for switch in switches:
             assert f"{switch}=" in run.info.run_name
-            assert run.data.params[f"model.{switch}"] in run.info.run_name
+            if f"model.{switch}" in run.data.params:
+                assert f"{switch}={run.data.params[f'model.{switch}']}" in run.info.run_name
     assert len(study(tmp_path).trials[0].params) == 6
 
 

@@ -1,0 +1,86 @@
+"""Any benchmark file, whatever its format: the format from the extension (a path) or from the
+content (text, as a served model receives it), read by the matching reader.
+
+Formats: ``solomon`` (``.txt``, Solomon/Homberger VRPTW), ``tsplib`` (``.tsp``, EUC_2D) and
+``cvrplib`` (``.vrp``, CVRPLIB).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from linc_core.instances.batch import Instance, InstanceError
+from linc_core.instances.solomon import read_solomon
+from linc_core.instances.vrplib_files import read_cvrplib, read_tsplib
+
+SUFFIXES = {"solomon": ".txt", "tsplib": ".tsp", "cvrplib": ".vrp"}
+READERS: dict[str, Callable[[Path], Instance]] = {
+    "solomon": read_solomon,
+    "tsplib": read_tsplib,
+    "cvrplib": read_cvrplib,
+}
+_FORMAT_BY_SUFFIX = {suffix: name for name, suffix in SUFFIXES.items()}
+
+
+def detect_format(path: Path) -> str:
+    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension (any case).
+
+    Raises:
+        ValueError: The extension is none of ``.txt``, ``.tsp``, ``.vrp``.
+    """
+    file_format = _FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    if file_format is None:
+        raise ValueError(
+            f"{path}: extension {path.suffix or '(none)'!r} is not one linc reads: "
+            ".txt (Solomon), .tsp (TSPLIB) or .vrp (CVRPLIB)"
+        )
+    return file_format
+
+
+def read_instance(path: Path) -> tuple[str, Instance]:
+    """(format, instance) of a benchmark file; the reader's own error when it cannot read it."""
+    file_format = detect_format(path)
+    return file_format, READERS[file_format](path)
+
+
+def format_of_text(text: str) -> str:
+    """The format of a benchmark file's text: Solomon's ``VEHICLE`` and ``CUSTOMER`` blocks,
+    else the ``TYPE`` line of TSPLIB (``TSP``) or CVRPLIB (``CVRP``).
+
+    Raises:
+        InstanceError: none of them.
+    """
+    if re.search(r"^\s*VEHICLE\s*$", text, re.MULTILINE) and "CUSTOMER" in text:
+        return "solomon"
+    kind = re.search(r"^\s*TYPE\s*:?\s*(\w+)", text, re.MULTILINE)
+    if kind and kind.group(1).upper() == "TSP":
+        return "tsplib"
+    if kind and kind.group(1).upper() == "CVRP":
+        return "cvrplib"
+    raise InstanceError(
+        "instance text: neither a Solomon file (VEHICLE and CUSTOMER blocks) nor a TSPLIB or "
+        "CVRPLIB file (a TYPE : TSP or TYPE : CVRP line)"
+    )
+
+
+def read_instance_text(text: str, name: str = "instance") -> tuple[str, Instance]:
+    """(format, B = 1 instance named ``name``) of a benchmark file's text."""
+    file_format = format_of_text(text)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "instance"
+    with tempfile.TemporaryDirectory(prefix="linc-instance-") as folder:
+        path = Path(folder) / f"{safe}{SUFFIXES[file_format]}"
+        path.write_text(text)
+        return file_format, READERS[file_format](path)
+
+
+__all__ = [
+    "READERS",
+    "SUFFIXES",
+    "detect_format",
+    "format_of_text",
+    "read_instance",
+    "read_instance_text",
+]

@@ -1,0 +1,154 @@
+"""The model registry (``orchestration.tracking.registry``): a sweep's best policy registered as
+a pyfunc model, loaded by ``models:/NAME/VERSION``, served by ``mlflow models serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from faults.servers import free_port
+from linc_core.instances import read_solomon
+from linc_core.train.data import generate
+from linc_core.verify import verify_instance
+from orchestration.experiment.ablation import run_ablation
+from sweeps.compose import load_platform_config
+from sweeps.report import main as report_main
+
+BUDGET = {"method": "sampling", "num_z": 8, "augment": 1, "seed": 3}
+
+
+@pytest.fixture(scope="module")
+def registered(ray_session, tmp_path_factory):
+    """A smoke ablation that registers its best policy as ``linc-smoke``."""
+    folder = tmp_path_factory.mktemp("registry")
+    config = load_platform_config(
+        ["preset=smoke", f"cluster.storage={folder / 'runs'}", "tracking.register=linc-smoke"]
+    )
+    result = run_ablation(config)
+    uri = f"sqlite:///{folder / 'runs' / 'mlflow.db'}"
+    return result, uri, folder
+
+
+def loaded(uri: str, version: str = "1"):
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        return mlflow.pyfunc.load_model(f"models:/linc-smoke/{version}")
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        mlflow.set_tracking_uri(before or "")
+
+
+def test_the_sweeps_best_trial_is_registered_and_described(registered) -> None:
+    result, uri, _ = registered
+    assert result.registered == "linc-smoke/1"
+    client = MlflowClient(tracking_uri=uri)
+    version = client.get_model_version("linc-smoke", "1")
+    trial = client.get_run(version.tags["trial_run"])
+    parent = client.get_run(result.parent_run_id)
+    siblings = [
+        r for r in client.search_runs([trial.info.experiment_id]) if "variant" in r.data.tags
+    ]
+    best = min(siblings, key=lambda r: r.data.metrics["eval_cost"])
+    assert trial.info.run_id == best.info.run_id  # the lowest eval_cost
+    assert version.tags["variant"] == trial.data.tags["variant"]
+    assert version.tags["seed"] == trial.data.tags["seed"]
+    assert version.tags["sweep"] == "ablation-smoke"
+    assert float(version.tags["eval_cost"]) == pytest.approx(trial.data.metrics["eval_cost"], 1e-4)
+    assert parent.data.tags["registered_model"] == "linc-smoke/1"
+    assert version.run_id == trial.info.run_id  # logged on the trial's own run
+
+
+def test_the_loaded_model_solves_c101_with_a_verified_solution(registered, data_dir) -> None:
+    _, uri, _ = registered
+    model = loaded(uri)
+    text = (data_dir / "solomon100" / "C101.txt").read_text()
+    out = model.predict(pd.DataFrame({"instance": [text], "name": ["C101"]}), params=BUDGET)
+    row = out.iloc[0]
+    assert row["name"] == "C101" and bool(row["feasible"]) and row["violations"] == ""
+    routes = json.loads(row["routes"])
+    checked = verify_instance(read_solomon(data_dir / "solomon100" / "C101.txt"), 0, routes)
+    assert checked.feasible and checked.cost == pytest.approx(row["cost"], rel=1e-9)
+    assert int(row["num_routes"]) == len(routes)
+    # arrays instead of a file: the same problem's fields
+    instance = generate("cvrptw", 1, 6, seed=5)
+    arrays = {
+        "locs": [instance.locs[0].tolist()],
+        "demand": [instance.demand[0].tolist()],
+        "capacity": [float(instance.capacity[0])],
+        "time_windows": [instance.time_windows[0].tolist()],
+        "service_time": [instance.service_time[0].tolist()],
+    }
+    out = model.predict(pd.DataFrame(arrays), params=BUDGET)
+    assert bool(out.iloc[0]["feasible"])
+    tsp = (
+        "NAME : t\nTYPE : TSP\nDIMENSION : 3\nEDGE_WEIGHT_TYPE : EUC_2D\n"
+        "NODE_COORD_SECTION\n1 0 0\n2 1 1\n3 0 1\nEOF\n"
+    )
+    with pytest.raises(Exception, match="a tsp instance, but this model solves cvrptw"):
+        model.predict(pd.DataFrame({"instance": [tsp]}), params=BUDGET)
+
+
+def test_the_served_model_answers_a_post_with_verified_routes(registered, data_dir) -> None:
+    _, uri, folder = registered
+    port = free_port()
+    bin_dir = Path(sys.executable).parent  # where uvicorn is, for mlflow's scoring server
+    env = os.environ | {"MLFLOW_TRACKING_URI": uri, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    serve = [str(bin_dir / "mlflow"), "models", "serve", "-m", "models:/linc-smoke/1"]
+    options = ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    server = subprocess.Popen(
+        [*serve, *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        text = (data_dir / "solomon100" / "C101.txt").read_text()
+        body = {"dataframe_split": {"columns": ["instance", "name"], "data": [[text, "C101"]]}}
+        answer = _post(f"http://127.0.0.1:{port}/invocations", body | {"params": BUDGET})
+        prediction = answer["predictions"][0]
+        assert prediction["feasible"] is True and prediction["name"] == "C101"
+        local = loaded(uri).predict(pd.DataFrame({"instance": [text], "name": ["C101"]}),
+                                    params=BUDGET)  # fmt: skip
+        assert prediction["cost"] == pytest.approx(float(local.iloc[0]["cost"]), rel=1e-9)
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+def test_linc_report_registers_a_chosen_run(registered, capsys) -> None:
+    _, uri, _ = registered
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("linc-smoke")
+    baseline = next(
+        r for r in client.search_runs([experiment.experiment_id])
+        if r.data.tags.get("variant") == "baseline"
+    )  # fmt: skip
+    args = ["register", "--tracking-uri", uri, "--run", baseline.info.run_id, "--name", "chosen"]
+    assert report_main(args) == 0
+    assert "as models:/chosen/1" in capsys.readouterr().out
+    assert client.get_model_version("chosen", "1").tags["variant"] == "baseline"
+    assert report_main(["register", "--tracking-uri", uri, "--run", "nope", "--name", "x"]) == 2
+
+
+def _post(url: str, body: dict, seconds: float = 120.0) -> dict:
+    deadline = time.monotonic() + seconds
+    data = json.dumps(body).encode()
+    while True:
+        request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
