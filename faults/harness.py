@@ -10,6 +10,7 @@ RUNNING. A :class:`Row` is one line of the matrix.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -177,6 +178,34 @@ def checkpoints(storage: Path, sweep: str) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def intact_by_step(storage: Path, sweep: str) -> list[Path]:
+    """The checkpoint folders of a local sweep with a manifest, by training position (what a
+    restarted trial chooses from), oldest first."""
+    found = []
+    for path in checkpoints(storage, sweep):
+        try:
+            manifest = json.loads((path / "latest.pt.json").read_text())
+        except (OSError, ValueError):
+            continue
+        found.append((int(manifest["global_step"]), path))
+    return [path for _, path in sorted(found)]
+
+
+def tune_recorded(storage: Path, sweep: str) -> list[Path]:
+    """The checkpoint folders Tune's newest experiment-state snapshot keeps for each trial."""
+    import ray.cloudpickle
+
+    snapshots = sorted((storage / sweep).glob("experiment_state-*.json"))
+    if not snapshots:
+        return []
+    found = []
+    for _, runtime in json.loads(snapshots[-1].read_text())["trial_data"]:
+        runtime = json.loads(runtime) if isinstance(runtime, str) else runtime
+        manager = ray.cloudpickle.loads(bytes.fromhex(runtime["checkpoint_manager"]["value"]))
+        found += [Path(r.checkpoint.path) for r in manager._checkpoint_results]
+    return found
+
+
 def reported(storage: Path, sweep: str) -> int:
     """The highest checkpoint number any trial of a local sweep reached (0: none yet)."""
     numbers = [int(p.name.rsplit("_", 1)[1]) for p in (storage / sweep).glob("*/checkpoint_*")]
@@ -218,7 +247,9 @@ __all__ = [
     "SWEEP",
     "audit",
     "checkpoints",
+    "intact_by_step",
     "one_line_error",
     "reported",
+    "tune_recorded",
     "wait_for",
 ]

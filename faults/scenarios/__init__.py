@@ -17,15 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faults.harness import Row
-from faults.scenarios.nodes import ddp_worker_killed, memory_monitor, node_killed
+from faults.scenarios.nodes import ddp_worker_killed, hung_trial, memory_monitor, node_killed
 from faults.scenarios.signals import driver_sigterm, trial_sigterm
 from faults.scenarios.storage import (
     checkpoint_truncated,
     s3_driver_killed,
     storage_not_writable,
     sweep_moved,
+    sweep_submitted_twice,
 )
-from faults.scenarios.tracking import tracking_down, tracking_unreachable
+from faults.scenarios.tracking import concurrent_sqlite, tracking_down, tracking_unreachable
 
 MATRIX: dict[str, Callable[[Path], Row]] = {
     "tracking-30s": lambda folder: tracking_down(folder, 30),
@@ -41,6 +42,9 @@ MATRIX: dict[str, Callable[[Path], Row]] = {
     "ddp-worker-killed": ddp_worker_killed,
     "s3-driver-killed": s3_driver_killed,
     "memory-monitor": memory_monitor,
+    "hung-trial": hung_trial,
+    "concurrent-sqlite": concurrent_sqlite,
+    "sweep-submitted-twice": sweep_submitted_twice,
 }
 
 

@@ -1,9 +1,10 @@
 """Faults of nodes and processes: a node lost (and none left), a data-parallel worker
-killed, a trial killed by Ray's memory monitor."""
+killed, a trial killed by Ray's memory monitor, a trial hung without dying."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -111,4 +112,34 @@ def memory_monitor(folder: Path, epochs: int = 20, spike_gb: float = 8.0) -> Row
     return finish_row(row, result, rc, outcome, killed)
 
 
-__all__ = ["ddp_worker_killed", "memory_monitor", "node_killed"]
+def hung_trial(folder: Path, epochs: int = 12, stall_at: int = 3, timeout_s: int = 10) -> Row:
+    """A trial stops reporting after epoch ``stall_at`` (alive, sleeping: a stuck collective or
+    a dead mount); ``cluster.stall_timeout_s`` ends it with one line naming it and the epoch,
+    and the retry resumes from that epoch's checkpoint."""
+    row = Row("hung trial (stall timeout)")
+    storage = folder / "runs"
+    args = train_args(
+        storage, epochs, f"fault.stall_at_epoch={stall_at}", f"cluster.stall_timeout_s={timeout_s}"
+    )
+    driver = Driver(folder, "sweeps.train", args)
+    rc = driver.wait(1800)
+    log = driver.output(10**7)
+    line = re.compile(
+        rf"^\[\d+:\d\d\] full_linc seed=1234: stalled: no report for \d+ s after epoch "
+        rf"{stall_at} \(cluster\.stall_timeout_s={timeout_s}\); ending trial \w+ to retry it "
+        r"from its checkpoint$",
+        re.MULTILINE,
+    )
+    named = len(line.findall(log)) == 1
+    resumed = run_tag(sqlite_uri(storage), "resumed_from") or ""
+    from_stall = f"/checkpoint_{stall_at - 1:06d} (step" in resumed
+    row.notes.append(
+        f"one stall line naming the trial and epoch {stall_at}: {named}; resumed from "
+        f"{resumed.rsplit('/', 1)[-1] or 'nothing'}"
+    )
+    result = audit(sqlite_uri(storage), EXPERIMENT, TRAIN, epochs)
+    outcome = "ended after the stall timeout, retried from its checkpoint, finished"
+    return finish_row(row, result, rc, outcome, named and from_stall)
+
+
+__all__ = ["ddp_worker_killed", "hung_trial", "memory_monitor", "node_killed"]

@@ -48,8 +48,11 @@ def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
     return finish_row(row, result, rc, outcome, stopped.runs_running == 0)
 
 
-def trial_sigterm(folder: Path, epochs: int = 30) -> Row:
-    """SIGTERM to the trial's process: it checkpoints its current step, the retry resumes."""
+def trial_sigterm(folder: Path, epochs: int = 60) -> Row:
+    """SIGTERM to the trial's process: it checkpoints its current step, the retry resumes.
+
+    ``epochs``: enough that the signal lands long before the trial's end (a smoke epoch takes
+    a tenth of a second on an idle host)."""
     row = Row("SIGTERM to a trial")
     storage = folder / "runs"
     driver = Driver(folder, "sweeps.train", train_args(storage, epochs))

@@ -1,5 +1,5 @@
 """Faults of storage: a damaged checkpoint, a folder that cannot be written, a moved sweep,
-an S3 driver killed mid-sweep."""
+the same sweep submitted twice, an S3 driver killed mid-sweep."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from faults.harness import (
     Driver,
     Row,
     audit,
-    checkpoints,
+    intact_by_step,
+    one_line_error,
     reported,
+    tune_recorded,
     wait_for,
 )
 from faults.scenarios.common import (
@@ -37,22 +39,42 @@ from orchestration.tracking.store import ensure_experiment
 
 
 def checkpoint_truncated(folder: Path, epochs: int = 30) -> Row:
-    """The newest checkpoint is cut in half while the sweep is down; the re-run falls back."""
+    """The newest checkpoint is cut in half while the sweep is down; the re-run falls back.
+
+    A driver killed between Tune's deletion of an old checkpoint and its next snapshot of the
+    experiment state leaves Tune a record naming a folder that is gone (with epochs of a tenth
+    of a second, often). The row makes that case certain: a checkpoint of Tune's record other
+    than the newest two on storage is deleted too. The re-run must name the truncated file in
+    one warning, fall back to the intact one, finish, and print no traceback.
+    """
     row = Row("newest checkpoint truncated")
     storage = folder / "runs"
     first = Driver(folder, "sweeps.train", train_args(storage, epochs))
     wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start", first)
     first.kill()
-    newest = checkpoints(storage, TRAIN)[-1] / "latest.pt"
-    with newest.open("r+b") as handle:
-        handle.truncate(newest.stat().st_size // 2)
+    by_step = intact_by_step(storage, TRAIN)
+    newest, fallback = by_step[-1], by_step[-2]
+    stale = [p for p in tune_recorded(storage, TRAIN) if p.exists() and p not in by_step[-2:]]
+    for path in stale:
+        shutil.rmtree(path)
+    target = newest / "latest.pt"
+    with target.open("r+b") as handle:
+        handle.truncate(target.stat().st_size // 2)
     second = Driver(folder, "sweeps.train", train_args(storage, epochs))
     rc = second.wait(1800)
     log = second.output(10**7)
-    named = f"{newest}: truncated" in log
-    row.notes.append(f"warning names {newest.parent.name} and says truncated: {named}")
+    named = f"{target}: truncated" in log
+    resumed = run_tag(sqlite_uri(storage), "resumed_from") or ""
+    fell_back = resumed.startswith(f"{fallback} ")
+    traceback = "Traceback" in log
+    row.notes.append(
+        f"warning names {newest.name} and says truncated: {named}; resumed from "
+        f"{Path(resumed.split(' ')[0]).name or 'nothing'}; Tune's record had "
+        f"{', '.join(p.name for p in stale) or 'no other'} deleted; traceback: {traceback}"
+    )
     result = audit(sqlite_uri(storage), EXPERIMENT, TRAIN, epochs)
-    return finish_row(row, result, rc, "fell back to the intact one, finished", named)
+    checks = named and fell_back and not traceback
+    return finish_row(row, result, rc, "fell back to the intact one, finished", checks)
 
 
 def storage_not_writable(folder: Path) -> Row:
@@ -107,6 +129,34 @@ def sweep_moved(folder: Path, epochs: int = 20) -> Row:
     return finish_row(row, result, rc, outcome, checks)
 
 
+def sweep_submitted_twice(folder: Path, epochs: int = 40) -> Row:
+    """The same ablation command started again while its first driver runs: the second
+    refuses in one line naming the sweep and the holder, and touches nothing of the first."""
+    row = Row("sweep submitted twice")
+    storage = folder / "runs"
+    args = train_args(storage, epochs, "cluster.max_concurrent_trials=1")
+    first = Driver(folder, "sweeps.ablation", args)
+    wait_for(lambda: reported(storage, ABLATION) >= 2, 600, "training to start", first)
+    parents = parent_runs(sqlite_uri(storage))
+    before = sorted(p.name for p in (storage / ABLATION).iterdir())
+    second = Driver(folder, "sweeps.ablation", args)
+    second_rc = second.wait(300)
+    line = one_line_error(second.output()) or ""
+    expected = f"linc-ablation: {ABLATION}: another driver is running this sweep ("
+    named = line.startswith(expected) and f"pid {first.pid}," in line
+    after = sorted(p.name for p in (storage / ABLATION).iterdir())
+    untouched = parent_runs(sqlite_uri(storage)) == parents and set(before) <= set(after)
+    rc = first.wait(1800)
+    released = not (storage / ABLATION / "linc_lease.json").exists()
+    row.notes.append(
+        f"second driver: exit {second_rc}: {line or second.output(300)!r}; first sweep's runs "
+        f"untouched: {untouched}; lease released at the end: {released}"
+    )
+    result = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)
+    checks = second_rc == 2 and named and untouched and released
+    return finish_row(row, result, rc, "second driver refused in one line; first finished", checks)
+
+
 def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
     """Tune storage on the S3 server; the driver (and its Ray) SIGKILLed; resumed from S3."""
     row = Row("S3 storage, driver killed")
@@ -138,4 +188,10 @@ def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
         server.stop()
 
 
-__all__ = ["checkpoint_truncated", "s3_driver_killed", "storage_not_writable", "sweep_moved"]
+__all__ = [
+    "checkpoint_truncated",
+    "s3_driver_killed",
+    "storage_not_writable",
+    "sweep_moved",
+    "sweep_submitted_twice",
+]

@@ -1,7 +1,9 @@
-"""Faults of the tracking store: an outage during a sweep, a store that never answers."""
+"""Faults of the tracking store: an outage during a sweep, a store that never answers, many
+trials writing the embedded SQLite store at once."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -12,7 +14,15 @@ from faults.harness import (
     reported,
     wait_for,
 )
-from faults.scenarios.common import EXPERIMENT, TRAIN, finish_row, refusal_row, train_args
+from faults.scenarios.common import (
+    ABLATION,
+    EXPERIMENT,
+    TRAIN,
+    finish_row,
+    refusal_row,
+    sqlite_uri,
+    train_args,
+)
 from faults.servers import (
     LOOPBACK,
     MlflowServer,
@@ -53,4 +63,31 @@ def tracking_unreachable(folder: Path) -> Row:
     return refusal_row(row, driver, f"tracking.uri: the store {uri} does not answer", storage)
 
 
-__all__ = ["tracking_down", "tracking_unreachable"]
+def concurrent_sqlite(folder: Path, trials: int = 8, epochs: int = 6) -> Row:
+    """``trials`` trials at once (one variant, as many seeds) on the default embedded SQLite
+    store: no "database is locked" reaches a trial, every epoch lands once."""
+    row = Row(f"{trials} trials writing SQLite at once")
+    storage = folder / "runs"
+    seeds = ",".join(str(seed) for seed in range(1, trials + 1))
+    args = train_args(
+        storage,
+        epochs,
+        "ablation.variants=[full_linc]",
+        f"ablation.seeds=[{seeds}]",
+        f"cluster.num_cpus={trials}",
+        f"cluster.max_concurrent_trials={trials}",
+        "cluster.memory_per_trial_gb=0",
+    )
+    driver = Driver(folder, "sweeps.ablation", args)
+    rc = driver.wait(1800)
+    log = driver.output(10**8)
+    errors = " ".join(p.read_text() for p in storage.glob(f"{ABLATION}/*/error.txt"))
+    locked = (log + errors).count("database is locked")
+    started = len(re.findall(r": started \(trial ", log))
+    row.notes.append(f"trials started: {started}; 'database is locked' seen: {locked}")
+    result = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)
+    checks = locked == 0 and result.trials == trials
+    return finish_row(row, result, rc, f"{trials} trials finished on one SQLite store", checks)
+
+
+__all__ = ["concurrent_sqlite", "tracking_down", "tracking_unreachable"]

@@ -186,6 +186,11 @@ class ClusterSpec:
             memory to the autoscaler).
         pending_timeout_s: a trial that cannot be placed (no node has its resources) for this
             long fails, naming what it waited for; null waits for ever (an autoscaler's nodes).
+        stall_timeout_s: a running trial that reports nothing for this long (and for three
+            times its longest gap between reports so far) is hung (a stuck collective, a dead
+            file system mount): it is ended with one line naming it and its last epoch, and
+            retried from its checkpoint like any failed trial; null waits for ever. Above the
+            longest epoch plus the final evaluation.
         preemption_grace_s: after a SIGTERM, how long a trial's process may take to checkpoint
             its current step before it ends (below the cluster's own grace period:
             infra/README.md).
@@ -207,6 +212,7 @@ class ClusterSpec:
     reuse_actors: bool = True
     memory_per_trial_gb: float | None = None
     pending_timeout_s: float | None = 600.0
+    stall_timeout_s: float | None = 3600.0
     preemption_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -226,6 +232,8 @@ class ClusterSpec:
         require(memory is None or memory >= 0, "memory_per_trial_gb", memory, ">= 0 or null")
         timeout = self.pending_timeout_s
         require(timeout is None or timeout > 0, "pending_timeout_s", timeout, "> 0 or null")
+        stall = self.stall_timeout_s
+        require(stall is None or stall > 0, "stall_timeout_s", stall, "> 0 or null")
         require(self.preemption_grace_s >= 0, "preemption_grace_s", self.preemption_grace_s, ">= 0")
 
     @property
@@ -333,14 +341,19 @@ class SearchSpec:
 class FaultSpec:
     """Deliberate failures, each once, in a trial not restored from a checkpoint, right after
     that epoch's checkpoint (so the retry resumes from it): ``fail_at_epoch`` raises;
+    ``stall_at_epoch`` hangs (sleeps, alive, reporting nothing: for ``cluster.stall_timeout_s``);
     ``memory_spike_gb`` allocates (and holds, training on) that much memory after the first
     epoch, for Ray's memory monitor to kill the trial."""
 
     fail_at_epoch: int | None = None
+    stall_at_epoch: int | None = None
     memory_spike_gb: float | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
+        for key in ("fail_at_epoch", "stall_at_epoch"):
+            value = getattr(self, key)
+            require(value is None or value >= 1, key, value, ">= 1 or null")
         spike = self.memory_spike_gb
         require(spike is None or spike > 0, "memory_spike_gb", spike, "> 0 or null")
 

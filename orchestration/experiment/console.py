@@ -63,6 +63,40 @@ def prepare_console(spec: ConsoleSpec) -> None:
     # linc's records are in MLflow and the checkpoints): the console's FAILED/restarted lines
     # already say what happened. Their errors still show.
     logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    if not any(isinstance(f, GoneCheckpointFilter) for f in controller.filters):
+        controller.addFilter(GoneCheckpointFilter())
+
+
+class GoneCheckpointFilter(logging.Filter):
+    """Tune's "Error handling checkpoint" traceback for a checkpoint that is already gone, as one
+    warning line.
+
+    Tune keeps a trial's last two checkpoints (``num_to_keep=2``) by the list in its experiment
+    state and deletes the older one when a new one registers. A driver killed between deleting
+    a checkpoint and its next snapshot of that state leaves a list naming a folder that no longer
+    exists; the re-run's first new checkpoint then deletes it again, and Tune logs a
+    ``FileNotFoundError`` traceback (its list is updated before the deletion: nothing is lost,
+    and the trial restored from its newest intact checkpoint anyway,
+    :mod:`orchestration.trial.checkpoints`). Training faster than Tune snapshots its state
+    (epochs of a fraction of a second) makes that window common.
+    """
+
+    PREFIX = "Trial %s: Error handling checkpoint"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, FileNotFoundError) and str(record.msg).startswith(self.PREFIX):
+            trial = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = (
+                "%s: a checkpoint in Tune's record of this trial is already gone from storage "
+                "(%s), deleted before the last driver stopped; nothing to delete"
+            )
+            # Ray's text is "Path not found: (<pyarrow file system object>, PATH)"
+            record.args = (trial, str(error).rsplit(", ", 1)[-1].rstrip(")"))
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 def init_sweep_ray(config: PlatformConfig) -> bool:
@@ -175,6 +209,10 @@ class TrialEvents(tune.Callback):
         elapsed = _duration(time.monotonic() - self.started)
         return f"{self.name}: {len(trials)} trials: {', '.join(counts)}, in {elapsed}{best}"
 
+    def notice(self, trial: Any, text: str) -> None:
+        """A line about ``trial`` from elsewhere in the driver (printed at every verbosity)."""
+        self._event(trial, text, always=True)
+
     def _label(self, trial: Any) -> str:
         return trial_label(trial.config or {}, self.label_keys) or trial.trial_id
 
@@ -214,6 +252,7 @@ def _duration(seconds: float) -> str:
 
 
 __all__ = [
+    "GoneCheckpointFilter",
     "PROGRESS_METRICS",
     "TUNE_VERBOSE",
     "TrialEvents",

@@ -30,12 +30,14 @@ from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
 from orchestration.data.storage import open_filesystem
 from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
+from orchestration.experiment.lease import SweepLease
 from orchestration.experiment.memory_kills import handle_memory_kills
 from orchestration.experiment.preflight import PreflightError, preflight
 from orchestration.experiment.schedulers import SweepFIFOScheduler
 from orchestration.experiment.stopping import (
     PendingTimeout,
     PendingTimeoutError,
+    StallWatch,
     SweepInterrupted,
     stop_sweep_on_signals,
 )
@@ -43,6 +45,7 @@ from orchestration.report.tables import ablation_table
 from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import RunWriter
+from orchestration.trial.checkpoints import tolerate_gone_checkpoints
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.resources import placement
 from orchestration.trial.trainable import train_linc
@@ -205,74 +208,78 @@ def run_experiment(
     fs = place.filesystem
     restore = resume and experiment_exists(config, experiment_name or name)
     record_path = _Place.of(config, name).experiment_path  # the sweep's record: its first stage
-    try:
-        parent = open_parent_run(
-            plan.tracking,
-            sweep,
-            plan.params(varied=tuple(label_keys), sweep=sweep),
-            fs or pafs.LocalFileSystem(),
-            record_path,
-            restore or experiment_name is not None,
-        )
-    except Exception as err:  # the store answered the pre-flight, then stopped answering
-        reason = " ".join(str(err).split())[:200]
-        message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
-        raise PreflightError(f"{message} ({reason})") from None
-    init_sweep_ray(config)
-    handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
-    # every trial logs to the driver's store, under this run's parent, wherever it began
-    named_by = tuple(k for k in label_keys if k not in ("model.variant", "train.seed"))
-    tracking = plan.tracking.in_sweep(parent.run_id, name, run_name_keys=named_by)
-    trainable = tune.with_resources(
-        tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage),
-        placement,  # per trial, from its own config: the memory its variant needs
-    )
-    experiment = Experiment(
-        None,
-        parent,
-        place.experiment_path,
-        tracking,
-        tracking.flush_timeout_s,
-        config.tracking.register,
-    )
-    with stop_sweep_on_signals() as stop:
+    # one driver per sweep, before anything is written (a second submission refuses)
+    with SweepLease.take(fs or pafs.LocalFileSystem(), record_path, name):
         try:
-            if restore:
-                tuner = _restore_tuner(place, trainable, param_space)
-                parent.set_status("RUNNING")
-            else:
-                tuner = _new_tuner(
-                    config,
-                    experiment_name or name,
-                    trainable,
-                    param_space,
-                    tune_config,
-                    place,
-                    label_keys,
-                )
-            experiment.results = tuner.fit()
-        except KeyboardInterrupt:
-            stop.signal = stop.signal or "SIGINT"
-        except SweepSettingsChanged:
-            parent.close(timeout=plan.tracking.flush_timeout_s)  # nothing ran: status unchanged
-            raise
-        except BaseException as err:
-            experiment.finish(failed=True)
-            cause = _cause(err, PendingTimeoutError)
-            if cause is not None:
-                raise cause from None
-            raise
-    if stop.signal is not None:
-        # a preempted driver has its grace period, not the store's flush time
-        experiment.flush_timeout_s = min(
-            experiment.flush_timeout_s, config.cluster.preemption_grace_s
+            parent = open_parent_run(
+                plan.tracking,
+                sweep,
+                plan.params(varied=tuple(label_keys), sweep=sweep),
+                fs or pafs.LocalFileSystem(),
+                record_path,
+                restore or experiment_name is not None,
+            )
+        except Exception as err:  # the store answered the pre-flight, then stopped answering
+            reason = " ".join(str(err).split())[:200]
+            message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
+            raise PreflightError(f"{message} ({reason})") from None
+        init_sweep_ray(config)
+        handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
+        # every trial logs to the driver's store, under this run's parent, wherever it began
+        named_by = tuple(k for k in label_keys if k not in ("model.variant", "train.seed"))
+        tracking = plan.tracking.in_sweep(parent.run_id, name, run_name_keys=named_by)
+        trainable = tune.with_resources(
+            tolerate_gone_checkpoints(
+                tune.with_parameters(train_linc, tracking=tracking, storage=config.cluster.storage)
+            ),
+            placement,  # per trial, from its own config: the memory its variant needs
         )
-        experiment.finish(failed=False, stopped=True)
-        raise SweepInterrupted(
-            f"{name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the same "
-            f"command to resume from each trial's newest checkpoint ({place.experiment_path})"
+        experiment = Experiment(
+            None,
+            parent,
+            place.experiment_path,
+            tracking,
+            tracking.flush_timeout_s,
+            config.tracking.register,
         )
-    return experiment
+        with stop_sweep_on_signals() as stop:
+            try:
+                if restore:
+                    tuner = _restore_tuner(place, trainable, param_space)
+                    parent.set_status("RUNNING")
+                else:
+                    tuner = _new_tuner(
+                        config,
+                        experiment_name or name,
+                        trainable,
+                        param_space,
+                        tune_config,
+                        place,
+                        label_keys,
+                    )
+                experiment.results = tuner.fit()
+            except KeyboardInterrupt:
+                stop.signal = stop.signal or "SIGINT"
+            except SweepSettingsChanged:
+                parent.close(timeout=plan.tracking.flush_timeout_s)  # nothing ran: status unchanged
+                raise
+            except BaseException as err:
+                experiment.finish(failed=True)
+                cause = _cause(err, PendingTimeoutError)
+                if cause is not None:
+                    raise cause from None
+                raise
+        if stop.signal is not None:
+            # a preempted driver has its grace period, not the store's flush time
+            experiment.flush_timeout_s = min(
+                experiment.flush_timeout_s, config.cluster.preemption_grace_s
+            )
+            experiment.finish(failed=False, stopped=True)
+            raise SweepInterrupted(
+                f"{name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the same "
+                f"command to resume from each trial's newest checkpoint ({place.experiment_path})"
+            )
+        return experiment
 
 
 def _cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -306,9 +313,12 @@ def _new_tuner(
     label_keys: tuple[str, ...],
 ) -> tune.Tuner:
     cluster = config.cluster
-    callbacks: list[tune.Callback] = [trial_events(config, name, label_keys)]
+    events = trial_events(config, name, label_keys)
+    callbacks: list[tune.Callback] = [events]
     if cluster.pending_timeout_s is not None:
         callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+    if cluster.stall_timeout_s is not None:
+        callbacks.append(StallWatch(cluster.stall_timeout_s, events.notice))
     tune_config = tune_config or tune.TuneConfig(
         max_concurrent_trials=cluster.max_concurrent_trials or None,
         reuse_actors=cluster.reuse_actors,

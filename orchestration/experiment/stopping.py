@@ -5,7 +5,8 @@ handler Tune installs for SIGUSR1: trials are stopped, the experiment state is s
 records which signal came, so that the driver marks its runs KILLED and a re-run of the same
 command resumes. A second signal stops at once. :class:`PendingTimeout` stops a sweep whose
 trials no node could place for ``cluster.pending_timeout_s`` while none runs, naming what
-they waited for, instead of waiting for ever.
+they waited for, instead of waiting for ever; :class:`StallWatch` ends a trial that stopped
+reporting for ``cluster.stall_timeout_s`` (hung, not dead), so that Tune retries it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+import ray
 from ray import tune
 from ray.tune.experiment import Trial
 
@@ -124,6 +126,58 @@ class PendingTimeout(tune.Callback):
         )
 
 
+class StallWatch(tune.Callback):
+    """End a running trial that has reported nothing for ``timeout_s`` and for three times its
+    longest earlier gap between reports (an epoch that is simply slow is not a stall).
+
+    A trial hung in a stuck collective or on a dead mount neither reports nor dies, and Tune
+    waits for ever. Its process is killed (``ray.kill``), which Tune treats as any failure: the
+    trial is retried from its newest intact checkpoint while ``cluster.max_failures`` allows.
+    ``say`` prints the one line naming the trial and the last epoch seen.
+    """
+
+    def __init__(self, timeout_s: float, say: Callable[[Any, str], None]):
+        self.timeout_s = timeout_s
+        self.say = say
+        self._seen: dict[str, tuple[float, float, int]] = {}  # id -> last, longest gap, epoch
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Trial, **info: Any) -> None:
+        last_epoch = int((trial.last_result or {}).get("epoch", 0))
+        self._seen[trial.trial_id] = (time.monotonic(), 0.0, last_epoch)
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Trial, result: dict, **info: Any
+    ) -> None:
+        now = time.monotonic()
+        last, longest, epoch = self._seen.get(trial.trial_id, (now, 0.0, 0))
+        epoch = int(result.get("epoch", epoch))
+        self._seen[trial.trial_id] = (now, max(longest, now - last), epoch)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Trial, **info: Any) -> None:
+        self._seen.pop(trial.trial_id, None)
+
+    on_trial_error = on_trial_complete
+
+    def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        now = time.monotonic()
+        for trial in trials:
+            seen = self._seen.get(trial.trial_id)
+            actor = trial.temporary_state.ray_actor
+            if seen is None or trial.status != Trial.RUNNING or actor is None:
+                continue
+            last, longest, epoch = seen
+            if now - last < max(self.timeout_s, 3 * longest):
+                continue
+            del self._seen[trial.trial_id]  # watched again once restarted
+            self.say(
+                trial,
+                f"stalled: no report for {now - last:.0f} s after epoch {epoch} "
+                f"(cluster.stall_timeout_s={self.timeout_s:g}); ending trial {trial.trial_id} "
+                "to retry it from its checkpoint",
+            )
+            ray.kill(actor, no_restart=True)
+
+
 def _readable(resources: Mapping[str, float]) -> str:
     shown = {k: (f"{v / GIB:.1f} GiB" if k == "memory" else f"{v:g}") for k, v in resources.items()}
     return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items() if v not in ("0",)) + "}"
@@ -132,6 +186,7 @@ def _readable(resources: Mapping[str, float]) -> str:
 __all__ = [
     "PendingTimeout",
     "PendingTimeoutError",
+    "StallWatch",
     "SweepInterrupted",
     "SweepStop",
     "SweepStopped",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ class Restored:
 def restore_newest_intact(storage: TrialStorage, work_dir: Path) -> Restored:
     """Copy the newest intact checkpoint folder of ``storage`` into ``work_dir`` (see the
     module docstring); ``Restored()`` when there is none."""
-    candidates = _candidates(storage)
+    candidates = _candidates(storage, warn=True)
     for step, name in candidates:
         local = work_dir / f"restore-{name}"
         shutil.rmtree(local, ignore_errors=True)
@@ -107,6 +108,46 @@ def restore_newest_intact(storage: TrialStorage, work_dir: Path) -> Restored:
             len(candidates),
         )
     return Restored()
+
+
+def tolerate_gone_checkpoints(function: Callable[..., None]) -> type:
+    """Tune's trainable class of ``function`` (a function trainable), restoring past a
+    checkpoint that Tune's record names but storage no longer holds.
+
+    Tune snapshots its experiment state at most every 10 s, while a trial can checkpoint every
+    fraction of a second and Tune deletes all but the last two. A driver killed in between
+    leaves a record whose newest checkpoint is gone, and Tune's own restore then fails every
+    retry ("Could not recover from checkpoint as it does not exist on storage anymore"). A
+    trial here never reads Tune's checkpoint (it restores the newest intact one of its folder:
+    :func:`restore_newest_intact`), so Tune's restore is given the trial's folder instead, with
+    one warning line naming the gone one.
+    """
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    trainable = wrap_function(function)
+
+    class ImplicitFunc(trainable):  # Ray titles the trial's process with this class name
+        def restore(self, checkpoint_path: Any) -> Any:
+            checkpoint = getattr(checkpoint_path, "checkpoint", None)
+            if checkpoint is not None:
+                info = checkpoint.filesystem.get_file_info(checkpoint.path)
+                if info.type == pafs.FileType.NotFound:
+                    folder = checkpoint.path.rstrip("/").rsplit("/", 1)[0]
+                    logger.warning(
+                        "Tune's record names checkpoint %s, which is gone from storage (its "
+                        "driver stopped before recording newer ones); restoring from the newest "
+                        "intact checkpoint in %s",
+                        checkpoint.path,
+                        folder,
+                    )
+                    replacement = Checkpoint(folder, filesystem=checkpoint.filesystem)
+                    checkpoint_path = _TrainingResult(replacement, checkpoint_path.metrics)
+            return super().restore(checkpoint_path)
+
+    ImplicitFunc.__name__ = trainable.__name__  # Tune names trials after it
+    return ImplicitFunc
 
 
 def persist(storage: TrialStorage, folder: Path, name: str) -> str:
@@ -146,9 +187,10 @@ def next_attempt(storage: TrialStorage) -> int:
     return attempt
 
 
-def _candidates(storage: TrialStorage) -> list[tuple[int, str]]:
+def _candidates(storage: TrialStorage, warn: bool = False) -> list[tuple[int, str]]:
     """(global step, folder name) of every checkpoint folder with a readable manifest, newest
-    first (a preemption folder before a Tune folder of the same step: it is the same state)."""
+    first (a preemption folder before a Tune folder of the same step: it is the same state);
+    ``warn``: name each folder without one."""
     selector = pafs.FileSelector(storage.path, allow_not_found=True)
     found: list[tuple[int, int, str]] = []
     for info in storage.filesystem.get_file_info(selector):
@@ -159,6 +201,14 @@ def _candidates(storage: TrialStorage) -> list[tuple[int, str]]:
             continue
         manifest = _read_json(storage, f"{info.path}/{CHECKPOINT_FILE}{MANIFEST_SUFFIX}")
         if manifest is None or "global_step" not in manifest:
+            if not warn:
+                continue
+            # the manifest is written last: without it the folder's write was interrupted
+            logger.warning(
+                "skipping a checkpoint that cannot be used: %s: no readable manifest "
+                "(an interrupted write)",
+                storage.uri(name),
+            )
             continue
         found.append((int(manifest["global_step"]), name.startswith(PREEMPTED_PREFIX), name))
     return [(step, name) for step, _, name in sorted(found, reverse=True)]
@@ -182,4 +232,5 @@ __all__ = [
     "persist",
     "remove_preempted",
     "restore_newest_intact",
+    "tolerate_gone_checkpoints",
 ]

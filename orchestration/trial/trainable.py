@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,9 @@ class TuneReportCallback(BaseCallback):
         if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
             at = self.fault.fail_at_epoch
             raise InjectedFault(f"fault.fail_at_epoch={at}: failing on purpose")
+        if self.fault.stall_at_epoch is not None and epoch + 1 == self.fault.stall_at_epoch:
+            while True:  # hung, not dead: only the driver's stall watch ends this process
+                time.sleep(60)
         if self.fault.memory_spike_gb and epoch == 0:
             self._held = b"x" * int(self.fault.memory_spike_gb * (1 << 30))  # resident pages
 

@@ -45,7 +45,7 @@ def test_unreachable_tracking_store_is_refused_in_one_line_before_anything_runs(
 
 
 def test_sigterm_to_a_trial_checkpoints_its_step_and_the_retry_finishes_it(tmp_path):
-    row = scenarios.trial_sigterm(tmp_path, epochs=12)
+    row = scenarios.trial_sigterm(tmp_path, epochs=60)
     assert row.ok, (row.outcome, row.notes)
     assert (row.metrics_lost, row.duplicated_steps, row.runs_running) == (0, 0, 0)
     # row.ok includes the resume point: the preemption checkpoint, or the Tune checkpoint the
@@ -94,6 +94,18 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_intact_one(tmp_path, ca
     older.write_bytes(older.read_bytes()[:100])
     assert restore_newest_intact(storage, tmp_path / "again").folder is None
     assert "starts again from scratch" in caplog.records[-1].message
+
+
+def test_a_checkpoint_folder_without_its_manifest_is_named_and_skipped(tmp_path, caplog):
+    """The manifest is written last: a folder without one is an interrupted write."""
+    storage, names = trial_checkpoints(tmp_path, epochs=2)
+    manifest = Path(storage.path) / names[-1] / "latest.pt.json"
+    manifest.unlink()
+    caplog.set_level(logging.WARNING, logger="orchestration.trial.checkpoints")
+    restored = restore_newest_intact(storage, tmp_path / "restore")
+    assert restored.source == f"{storage.path}/{names[0]}" and restored.global_step == 1
+    warning = f"{storage.path}/{names[-1]}: no readable manifest (an interrupted write)"
+    assert [r.message for r in caplog.records if warning in r.message], caplog.text
 
 
 def parent_runs(uri: str) -> dict[str, str]:
@@ -183,6 +195,16 @@ def test_bad_fault_and_cluster_settings_are_config_errors(value) -> None:
 
     with pytest.raises(ConfigError, match="memory_per_trial_gb"):
         load_platform_config([*SMOKE, f"cluster.memory_per_trial_gb={value}"])
+
+
+@pytest.mark.parametrize(
+    "override", ["cluster.stall_timeout_s=0", "fault.stall_at_epoch=0", "fault.fail_at_epoch=-1"]
+)
+def test_bad_stall_and_fault_epochs_are_config_errors(override: str) -> None:
+    from linc_core.utils.typed import ConfigError
+
+    with pytest.raises(ConfigError, match=override.split("=")[0].split(".")[1]):
+        load_platform_config([*SMOKE, override])
 
 
 def test_zero_memory_reserves_none_for_node_types_that_declare_none() -> None:

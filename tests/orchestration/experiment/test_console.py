@@ -181,3 +181,47 @@ def test_a_trial_the_scheduler_stops_says_so(capsys) -> None:
         "learning_rate=7.5e-05: finished: stopped early by the scheduler at epoch 1, 1 epochs, 1 s"
     )
     assert second.endswith("finished: 4 epochs, 3 s")  # all epochs, no evaluation set
+
+
+def test_tune_deleting_a_checkpoint_already_gone_is_one_warning_line(tmp_path) -> None:
+    """A driver killed between Tune's deletion of an old checkpoint and its next snapshot of
+    the experiment state leaves a record naming a folder that is gone. Ray's own checkpoint
+    manager then raises FileNotFoundError when the re-run registers a new checkpoint (the
+    state of Ray 2.60 this guards), and its controller logs that with a traceback: the console
+    shows one warning line instead."""
+    import logging
+
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+
+    from orchestration.experiment.console import prepare_console
+
+    folders = [tmp_path / f"checkpoint_00000{i}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
+    for folder in folders[:2]:
+        manager.register_checkpoint(_TrainingResult(Checkpoint(str(folder)), {}))
+    folders[0].rmdir()  # deleted by the killed driver after its last snapshot
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    controller.addHandler(handler)
+    try:
+        prepare_console(ConsoleSpec())
+        try:
+            manager.register_checkpoint(_TrainingResult(Checkpoint(str(folders[2])), {}))
+        except FileNotFoundError:  # as Tune's controller catches it
+            controller.exception("Trial %s: Error handling checkpoint %s", "trial_0", "cp")
+        else:  # a Ray that tolerates a gone folder: nothing reaches the console at all
+            assert not folders[0].exists()
+    finally:
+        controller.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) <= 1 and "Traceback" not in stream.getvalue()
+    if lines:
+        assert lines[0].startswith("WARNING trial_0: a checkpoint in Tune's record")
+        assert f"storage ({folders[0]}), deleted before" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[1].name, folders[2].name]
