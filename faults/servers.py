@@ -29,16 +29,18 @@ def free_port() -> int:
 
 
 class MlflowServer:
-    """``mlflow server`` on 127.0.0.1 with a SQLite store and proxied artifacts under ``folder``.
+    """``mlflow server`` on 127.0.0.1 with a SQLite store (or ``backend``, a database URL) and
+    proxied artifacts under ``folder``.
 
     ``stop`` then ``start`` makes a real outage: connections are refused in between and the same
     port and store answer afterwards.
     """
 
-    def __init__(self, folder: Path, port: int | None = None):
+    def __init__(self, folder: Path, port: int | None = None, backend: str | None = None):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        self.backend = backend or f"sqlite:///{self.folder / 'mlflow.db'}"
         self.process: subprocess.Popen | None = None
 
     @property
@@ -56,7 +58,7 @@ class MlflowServer:
             "--port",
             str(self.port),
             "--backend-store-uri",
-            f"sqlite:///{self.folder / 'mlflow.db'}",
+            self.backend,
             "--artifacts-destination",
             str(self.folder / "artifacts"),
             "--workers",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from linc_core.utils.typed import ConfigError, did_you_mean
+from orchestration.data.storage import StorageUnavailableError
 from orchestration.experiment.stopping import SweepStopped
 from orchestration.ray_session import prefer_loopback
 from sweeps.compose import compose_mapping, load_platform_config, sweep_pointer
@@ -139,6 +140,9 @@ def run_cli(
     except SweepStopped as err:  # a signal, or trials no node could place: re-run to resume
         print(f"{entry}: {err}", file=sys.stderr)
         return err.exit_code
+    except StorageUnavailableError as err:  # full, gone, refusing: finished work is kept
+        print(f"{entry}: {err}; re-run the same command once it is mended", file=sys.stderr)
+        return 1
 
 
 __all__ = ["Config", "Flags", "print_mlflow_ui", "run_cli", "split_flags"]

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -85,45 +83,22 @@ def data_dir() -> Path:
     pytest.fail(message, pytrace=False)  # outside the except: no chained traceback
 
 
-def _postgres_command(*args: str) -> list[str]:
-    """A PostgreSQL program, run as the ``postgres`` user when this process is root (initdb
-    and the server refuse to run as root)."""
-    folder = Path("/usr/lib/postgresql/15/bin")
-    program = shutil.which(args[0]) or str(folder / args[0])
-    command = [program, *args[1:]]
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
 @pytest.fixture(scope="session")
 def postgres():
-    """A throw-away PostgreSQL 15 cluster on 127.0.0.1 (``initdb``, ``pg_ctl``), its database
-    ``linc``: yields its SQLAlchemy URL (``postgresql+psycopg2://...``); stopped at the end."""
-    import pwd
-    import socket
+    """A throw-away PostgreSQL 15 cluster on 127.0.0.1 (``faults.servers.PostgresServer``):
+    yields its database's SQLAlchemy URL; stopped at the end."""
+    from faults.postgres import PostgresServer
 
-    folder = Path(tempfile.mkdtemp(prefix="linc-postgres-"))  # /tmp: reachable by postgres
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(folder, user.pw_uid, user.pw_gid)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    data = folder / "data"
-
-    def run(*args: str) -> None:
-        done = subprocess.run(_postgres_command(*args), capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.fail(f"PostgreSQL: {' '.join(args[:2])}: {done.stderr.strip()[-300:]}", False)
-
-    run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync")
-    options = f"-h 127.0.0.1 -p {port} -k {folder}"
-    run("pg_ctl", "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start")
+    server = PostgresServer()
     try:
-        run("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "linc")
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/linc"
+        server.start()
+    except RuntimeError as err:
+        server.stop()
+        pytest.fail(str(err), pytrace=False)
+    try:
+        yield server.url
     finally:
-        subprocess.run(_postgres_command("pg_ctl", "-D", str(data), "-m", "fast", "stop"))
-        shutil.rmtree(folder, ignore_errors=True)
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,10 @@ reads the outcome from the tracking store. A row passes when its trials finished
 metric lost or logged twice and no run left RUNNING, or when the command refused at once with
 one line (exit 2) and created nothing.
 
-Scenarios by what fails: ``tracking`` (the store), ``signals`` (SIGTERM to a driver or a trial),
-``storage`` (checkpoints, folders, S3), ``nodes`` (Ray nodes, workers, the memory monitor);
-``common`` holds what they share.
+Scenarios by what fails: ``tracking`` (the store: down, sick, failing over, many writers),
+``signals`` (SIGTERM to a driver or a trial), ``storage`` (checkpoints, folders, a sweep
+submitted twice, S3 killed or throttling), ``nodes`` (Ray nodes, workers, the memory monitor, a
+hung trial); ``common`` holds what they share. ``.ci/run`` runs every row after the tests.
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ from faults.scenarios.signals import driver_sigterm, trial_sigterm
 from faults.scenarios.storage import (
     checkpoint_truncated,
     s3_driver_killed,
+    s3_throttling,
     storage_not_writable,
     sweep_moved,
     sweep_submitted_twice,
 )
-from faults.scenarios.tracking import concurrent_sqlite, tracking_down, tracking_unreachable
+from faults.scenarios.tracking import (
+    concurrent_sqlite,
+    tracking_database_failover,
+    tracking_down,
+    tracking_sick,
+    tracking_unreachable,
+)
 
 MATRIX: dict[str, Callable[[Path], Row]] = {
     "tracking-30s": lambda folder: tracking_down(folder, 30),
@@ -45,6 +53,9 @@ MATRIX: dict[str, Callable[[Path], Row]] = {
     "hung-trial": hung_trial,
     "concurrent-sqlite": concurrent_sqlite,
     "sweep-submitted-twice": sweep_submitted_twice,
+    "tracking-sick": tracking_sick,
+    "tracking-db-failover": tracking_database_failover,
+    "s3-throttling": s3_throttling,
 }
 
 

@@ -60,7 +60,11 @@ def trial_sigterm(folder: Path, epochs: int = 60) -> Row:
     began = time.monotonic()
     wait_for(lambda: reported(storage, TRAIN) >= 2, 600, "a second epoch", driver)
     epoch_s = time.monotonic() - began
-    (trial,) = wait_for(lambda: driver.descendants("ImplicitFunc"), 60, "the trial's process")
+    (trial,) = wait_for(
+        lambda: driver.descendants("Trainable.train") or driver.descendants("ImplicitFunc"),
+        60,
+        "the trial's process",
+    )
     time.sleep(epoch_s / 2)  # half an epoch after one ended (on a loaded machine, too)
     os.kill(trial, signal.SIGTERM)
     rc = driver.wait(1800)

@@ -7,6 +7,8 @@ import shutil
 import signal
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from faults.harness import (
     SWEEP,
     Driver,
@@ -35,6 +37,7 @@ from faults.servers import (
     listening_addresses,
     non_loopback,
 )
+from faults.sick_proxy import SickProxy
 from orchestration.tracking.store import ensure_experiment
 
 
@@ -157,6 +160,90 @@ def sweep_submitted_twice(folder: Path, epochs: int = 40) -> Row:
     return finish_row(row, result, rc, "second driver refused in one line; first finished", checks)
 
 
+SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>Please '
+    b"reduce your request rate.</Message><RequestId>linc-faults</RequestId></Error>"
+)
+
+
+def s3_throttling(folder: Path, epochs: int = 60) -> Row:
+    """S3 answers 503 SlowDown to 20% of requests while a data set is generated, and to 5%
+    while a sweep checkpoints to it: retried with backoff, the data set byte-identical to one
+    generated locally, every remaining checkpoint intact, every epoch logged once."""
+    from linc_core.train.checkpoint import verify_checkpoint
+    from orchestration.data.storage import open_filesystem
+
+    row = Row("S3 throttling (503 SlowDown)")
+    server = S3Server().start()
+    proxy = SickProxy(
+        server.port,
+        fail_share=0.2,
+        body=SLOW_DOWN,
+        content_type="application/xml",
+        share_after=0.0,
+        seed=2,
+    ).start()
+    try:
+        through = f"endpoint_override={proxy.address}&scheme=http"
+        data = [
+            "task=cvrptw",
+            "size=10",
+            "count=240",
+            "shard_size=30",
+            "split=train",
+            "workers=2",
+            "progress=false",
+        ]
+        local = folder / "data-local"
+        reference = Driver(folder, "sweeps.generate", [*data, f"uri={local}"])
+        reference_rc = reference.wait(600)
+        proxy.sick = True
+        generated = Driver(folder, "sweeps.generate", [*data, f"uri='s3://linc/data?{through}'"])
+        generated_rc = generated.wait(900)
+        thrown_in_data = proxy.counts["failed_before"]
+        filesystem, root = open_filesystem(server.uri("data"))
+        same = reference_rc == 0 and generated_rc == 0
+        for path in sorted(local.iterdir()) if local.exists() else []:
+            with filesystem.open_input_stream(f"{root}/{path.name}") as stream:
+                same = same and stream.read() == path.read_bytes()
+        proxy.fail_share = 0.05
+        store = sqlite_uri(folder / "tracking")
+        (folder / "tracking").mkdir()
+        storage = f"'s3://linc/tune?{through}'"
+        args = [
+            *SWEEP,
+            f"train.epochs={epochs}",
+            f"cluster.storage={storage}",
+            f"tracking.uri={store}",
+        ]
+        ensure_experiment(store, EXPERIMENT)
+        rc = Driver(folder, "sweeps.train", args).wait(1800)
+        proxy.sick = False
+        thrown_in_training = proxy.counts["failed_before"] - thrown_in_data
+        tune, tune_root = open_filesystem(server.uri("tune"))
+        intact = 0
+        selector = pafs.FileSelector(f"{tune_root}/{TRAIN}", recursive=True)
+        for info in tune.get_file_info(selector):
+            if info.base_name == "latest.pt":
+                copy = folder / "check.pt"
+                copy.write_bytes(tune.open_input_stream(info.path).read())
+                manifest = tune.open_input_stream(f"{info.path}.json").read()
+                Path(f"{copy}.json").write_bytes(manifest)
+                verify_checkpoint(copy, name=info.path)
+                intact += 1
+        row.notes.append(
+            f"SlowDown answers: {thrown_in_data} while generating (exit {generated_rc}; "
+            f"byte-identical to the local set: {same}), {thrown_in_training} while training; "
+            f"checkpoints on S3 verified intact: {intact}"
+        )
+        result = audit(store, EXPERIMENT, TRAIN, epochs)
+        checks = same and thrown_in_data > 0 and thrown_in_training > 0 and intact >= 1
+        return finish_row(row, result, rc, "retried, nothing lost or corrupt", checks)
+    finally:
+        proxy.stop()
+        server.stop()
+
+
 def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
     """Tune storage on the S3 server; the driver (and its Ray) SIGKILLed; resumed from S3."""
     row = Row("S3 storage, driver killed")
@@ -191,6 +278,7 @@ def s3_driver_killed(folder: Path, epochs: int = 30) -> Row:
 __all__ = [
     "checkpoint_truncated",
     "s3_driver_killed",
+    "s3_throttling",
     "storage_not_writable",
     "sweep_moved",
     "sweep_submitted_twice",

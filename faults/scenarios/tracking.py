@@ -1,5 +1,6 @@
-"""Faults of the tracking store: an outage during a sweep, a store that never answers, many
-trials writing the embedded SQLite store at once."""
+"""Faults of the tracking store: an outage during a sweep, a store that never answers, a
+server up but sick, its PostgreSQL failing over, many trials writing the embedded SQLite store
+at once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from faults.harness import (
     reported,
     wait_for,
 )
+from faults.postgres import PostgresServer
 from faults.scenarios.common import (
     ABLATION,
     EXPERIMENT,
@@ -30,6 +32,7 @@ from faults.servers import (
     listening_addresses,
     non_loopback,
 )
+from faults.sick_proxy import SickProxy
 
 
 def tracking_down(folder: Path, seconds: float, epochs: int = 100) -> Row:
@@ -52,6 +55,78 @@ def tracking_down(folder: Path, seconds: float, epochs: int = 100) -> Row:
         row.notes.append(f"outage warnings: {warnings}; recovered: {'answers again' in log}")
         result = audit(server.uri, EXPERIMENT, TRAIN, epochs)
         return finish_row(row, result, rc, "trial finished", warnings >= 1 and not exposed)
+
+
+def tracking_sick(folder: Path, epochs: int = 300) -> Row:
+    """A proxy in front of ``mlflow server`` fails 30% of requests with 503 (half of them after
+    the server did the work) and delays 10% by 3 s, from the first epoch to the sweep's end:
+    every epoch's metrics land exactly once."""
+    row = Row("tracking server sick (503s, slow answers)")
+    with MlflowServer(folder / "mlflow") as server:
+        body = b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "sick proxy"}'
+        proxy = SickProxy(
+            server.port,
+            fail_share=0.3,
+            body=body,
+            content_type="application/json",
+            delay_share=0.1,
+            delay_s=3.0,
+            seed=1,
+        ).start()
+        try:
+            storage = folder / "runs"
+            uri = f"http://{proxy.address}"
+            driver = Driver(
+                folder, "sweeps.train", train_args(storage, epochs, f"tracking.uri={uri}")
+            )
+            wait_for(lambda: reported(storage, TRAIN) >= 1, 600, "training to start", driver)
+            proxy.sick = True
+            began = time.monotonic()
+            rc = driver.wait(1800)
+            sick_s = time.monotonic() - began
+            proxy.sick = False
+        finally:
+            proxy.stop()
+        counts = proxy.counts
+        row.notes.append(
+            f"sick for {sick_s:.0f} s: {counts['failed_before'] + counts['failed_after']} "
+            f"requests answered 503 ({counts['failed_after']} after the server did them), "
+            f"{counts['delayed']} delayed, {counts['passed']} passed"
+        )
+        result = audit(server.uri, EXPERIMENT, TRAIN, epochs)
+        faulted = counts["failed_after"] > 0 and counts["delayed"] > 0
+        return finish_row(row, result, rc, "every epoch logged once", faulted)
+
+
+def tracking_database_failover(folder: Path, epochs: int = 200, down_s: float = 5.0) -> Row:
+    """``mlflow server`` backed by PostgreSQL (a throw-away cluster on 127.0.0.1, as
+    ``infra/mlflow`` puts RDS behind the server); the database is restarted mid-sweep, down
+    ``down_s`` seconds, as a managed database's failover: the server and the trial carry on,
+    nothing is lost or logged twice."""
+    row = Row("tracking database failover (PostgreSQL)")
+    database = PostgresServer().start()
+    try:
+        with MlflowServer(folder / "mlflow", backend=database.url) as server:
+            storage = folder / "runs"
+            args = train_args(storage, epochs, f"tracking.uri={server.uri}")
+            driver = Driver(folder, "sweeps.train", args)
+            wait_for(lambda: reported(storage, TRAIN) >= 3, 600, "training to start", driver)
+            at_epoch = reported(storage, TRAIN) + 1
+            database.restart(down_s)
+            rc = driver.wait(1800)
+            carried_on = server.process is not None and server.process.poll() is None
+            carried_on = carried_on and server.healthy()
+            log = (server.folder / "server.log").read_text(errors="replace")
+            answered_500 = len(re.findall(r'" 500 ', log))
+            row.notes.append(
+                f"PostgreSQL restarted at about epoch {at_epoch}, down {down_s:.0f} s: the "
+                f"server answered 500 {answered_500} times; still serving: {carried_on}"
+            )
+            result = audit(server.uri, EXPERIMENT, TRAIN, epochs)
+            outcome = "server and trial carried on, every epoch logged once"
+            return finish_row(row, result, rc, outcome, carried_on and answered_500 > 0)
+    finally:
+        database.stop()
 
 
 def tracking_unreachable(folder: Path) -> Row:
@@ -90,4 +165,10 @@ def concurrent_sqlite(folder: Path, trials: int = 8, epochs: int = 6) -> Row:
     return finish_row(row, result, rc, f"{trials} trials finished on one SQLite store", checks)
 
 
-__all__ = ["concurrent_sqlite", "tracking_down", "tracking_unreachable"]
+__all__ = [
+    "concurrent_sqlite",
+    "tracking_database_failover",
+    "tracking_down",
+    "tracking_sick",
+    "tracking_unreachable",
+]

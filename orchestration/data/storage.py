@@ -51,8 +51,10 @@ def is_s3(uri: str) -> bool:
     return uri.startswith("s3://")
 
 
-def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, root path)`` for a data set URI (see the module docstring).
+def open_filesystem(uri: str, sdk_attempts: int = _SDK_ATTEMPTS) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, root path)`` for a data set URI (see the module docstring);
+    ``sdk_attempts``: tries of each S3 request inside the AWS SDK (more for storage that only
+    Tune writes to, which has no retries of its own around them).
 
     Raises:
         ValueError: an S3 URI with no bucket or an unknown query parameter.
@@ -72,7 +74,7 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         region=query.get("region", "us-east-1"),
         connect_timeout=_CONNECT_TIMEOUT_S,
         request_timeout=_REQUEST_TIMEOUT_S,
-        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_SDK_ATTEMPTS),
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=sdk_attempts),
     )
     return filesystem, f"{parts.netloc}{parts.path}".rstrip("/")
 

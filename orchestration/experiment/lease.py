@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from linc_core.utils.atomic import write_atomic
+from orchestration.data.storage import StorageUnavailableError, with_retries
 from orchestration.experiment.preflight import PreflightError
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 LEASE_FILE = "linc_lease.json"
 TTL_S = 120.0  # a holder that stopped renewing for this long is gone
 SETTLE_S = 1.0  # how long two drivers' writes may be apart and still be seen as a race
+ATTEMPTS = 6  # tries of each read and write (S3 answers SlowDown under load)
 
 
 class SweepLeased(PreflightError):
@@ -62,14 +64,17 @@ class SweepLease:
             SweepLeased: a live driver holds it, or won the race to it.
         """
         path = f"{folder.rstrip('/')}/{LEASE_FILE}"
-        held = _read(filesystem, path)
-        if held is not None and _alive(held, ttl_s):
-            raise SweepLeased(_refusal(sweep, held, path, ttl_s))
         lease = cls(filesystem, path, sweep, uuid.uuid4().hex, ttl_s)
         since = time.time()
-        lease._write(since)
-        time.sleep(SETTLE_S)
-        now = _read(filesystem, path)
+        try:
+            held = _read(filesystem, path)
+            if held is not None and _alive(held, ttl_s):
+                raise SweepLeased(_refusal(sweep, held, path, ttl_s))
+            lease._write(since)
+            time.sleep(SETTLE_S)
+            now = _read(filesystem, path)
+        except StorageUnavailableError as err:
+            raise PreflightError(f"cluster.storage: the sweep's lease: {err}") from None
         if now is None or now.get("token") != lease.token:
             raise SweepLeased(_refusal(sweep, now or {}, path, ttl_s))
         lease._since = since
@@ -104,8 +109,13 @@ class SweepLease:
             "renewed": time.time(),
             "token": self.token,
         }
-        self.filesystem.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
-        write_atomic(self.path, json.dumps(record).encode(), filesystem=self.filesystem)
+        content = json.dumps(record).encode()
+
+        def write() -> None:
+            self.filesystem.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+            write_atomic(self.path, content, filesystem=self.filesystem)
+
+        with_retries(write, f"write {self.path}", attempts=ATTEMPTS)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):
@@ -115,15 +125,21 @@ class SweepLease:
                     logger.error("the lease %s was taken by %s", self.path, _holder(held))
                     return
                 self._write(self._since)
-            except OSError as err:  # a storage hiccup: the next renewal tries again
+            except OSError as err:  # storage unavailable: the next renewal tries again
                 logger.warning("could not renew the lease %s: %s", self.path, err)
 
 
 def _read(filesystem: pafs.FileSystem, path: str) -> dict[str, Any] | None:
-    try:
+    """The lease record at ``path``, None when there is none (or it is not one); a storage
+    error is retried (S3 throttling), then raises ``StorageUnavailableError``."""
+
+    def read() -> bytes:
         with filesystem.open_input_stream(path) as stream:
-            value = json.loads(stream.read())
-    except (OSError, ValueError):
+            return stream.read()
+
+    try:
+        value = json.loads(with_retries(read, f"read {path}", attempts=ATTEMPTS))
+    except (FileNotFoundError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -50,6 +50,8 @@ from orchestration.trial.plan import TrialPlan
 from orchestration.trial.resources import placement
 from orchestration.trial.trainable import train_linc
 
+TUNE_SDK_ATTEMPTS = 8  # per S3 request of the driver's Tune storage (SlowDown under load)
+
 
 @dataclass
 class SweepResult:
@@ -121,8 +123,8 @@ class _Place:
     def of(cls, config: PlatformConfig, name: str) -> _Place:
         storage = config.cluster.storage_path()
         filesystem = None
-        if "://" in storage:
-            filesystem, storage = open_filesystem(storage)
+        if "://" in storage:  # Tune's syncs have no retries of their own: S3 throttles
+            filesystem, storage = open_filesystem(storage, sdk_attempts=TUNE_SDK_ATTEMPTS)
         else:
             Path(storage).mkdir(parents=True, exist_ok=True)
         return cls(filesystem, storage, f"{storage.rstrip('/')}/{name}")

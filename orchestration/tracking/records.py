@@ -73,6 +73,21 @@ def send(
             client.set_terminated(run_id, status=first["status"])
 
 
+def next_batch(pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first pending record, with the metric records right after it when it is one (up to
+    one request's worth)."""
+    first = pending[0]
+    if first["op"] != "metrics":
+        return [first]
+    batch, count = [], 0
+    for record in pending:
+        if record["op"] != "metrics" or count + len(record["values"]) > MAX_METRICS_PER_REQUEST:
+            break
+        batch.append(record)
+        count += len(record["values"])
+    return batch or [first]
+
+
 def is_permanent(err: Exception) -> bool:
     from mlflow.exceptions import MlflowException
 
@@ -90,6 +105,7 @@ __all__ = [
     "PERMANENT_ERRORS",
     "find_or_create_run",
     "is_permanent",
+    "next_batch",
     "reason",
     "send",
 ]

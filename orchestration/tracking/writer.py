@@ -42,9 +42,9 @@ from typing import Any
 
 from linc_core.utils.atomic import write_atomic
 from orchestration.tracking.records import (
-    MAX_METRICS_PER_REQUEST,
     find_or_create_run,
     is_permanent,
+    next_batch,
     reason,
     send,
 )
@@ -77,7 +77,8 @@ class RunWriter:
         self._create: dict[str, Any] | None = None
         self._pending: list[dict[str, Any]] = []
         self._known: set[tuple[str, int]] = set()
-        self._verify = False
+        self._verify = False  # read which metric keys the run holds, then their steps
+        self._unverified: set[str] = set()  # keys whose steps on the store must be read
         self._lock = threading.Condition()
         self._closed = False
         self._outage_since: float | None = None
@@ -292,7 +293,7 @@ class RunWriter:
                 if self._closed:
                     return
             try:
-                self._deliver_next(client)
+                progressed = self._deliver_next(client)
             except Exception as err:  # noqa: BLE001 - nothing may reach the training thread
                 if is_permanent(err):
                     self._drop_first(err)
@@ -300,55 +301,56 @@ class RunWriter:
                 failures += 1
                 self._note_outage(err)
                 with self._lock:
-                    self._verify = True
                     self._lock.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 6)))
                 continue
-            failures = 0
-            self._note_recovery()
+            failures = 0  # any answer resets the backoff
+            if progressed:
+                self._note_recovery()
 
     def _work_waiting(self) -> bool:
         return bool(self._pending) or (self.run_id is None and self._create is not None)
 
-    def _deliver_next(self, client: Any) -> None:
+    def _deliver_next(self, client: Any) -> bool:
+        """One request's worth of delivery: the run, one key's steps, or one batch. Each
+        request that succeeds is progress kept, so a store failing a share of requests (a
+        sick server) still gets everything through; True once a batch was delivered."""
         if self.run_id is None:
             run_id, found = find_or_create_run(client, self._create)
             with self._lock:
                 self.run_id, self._verify = run_id, self._verify or found
                 self._lock.notify_all()
         with self._lock:
-            verify = self._verify and any(r["op"] == "metrics" for r in self._pending)
-        if verify:
-            self._read_known_steps(client)
+            metrics_pending = any(r["op"] == "metrics" for r in self._pending)
+            verify, unverified = self._verify and metrics_pending, sorted(self._unverified)
+        if verify:  # the keys the run holds (a journal replayed, a run found again)
+            keys = client.get_run(self.run_id).data.metrics
+            with self._lock:
+                self._unverified |= set(keys)
+                self._verify = False
+            return False
+        if unverified and metrics_pending:
+            key = unverified[0]
+            steps = {(key, m.step) for m in client.get_metric_history(self.run_id, key)}
+            with self._lock:
+                self._known |= steps
+                self._unverified.discard(key)
+            return False
         with self._lock:
             if not self._pending:
-                return
-            batch = self._next_batch()
-        send(client, self.run_id, batch, self._spool, self._known)
+                return True
+            batch = next_batch(self._pending)
+        try:
+            send(client, self.run_id, batch, self._spool, self._known)
+        except Exception:
+            # the store may have written part of the batch before failing: read those keys'
+            # steps back before sending them again, so that no step is logged twice
+            with self._lock:
+                self._unverified |= {k for r in batch if r["op"] == "metrics" for k in r["values"]}
+            raise
         with self._lock:
             del self._pending[: len(batch)]
             self._lock.notify_all()
-
-    def _next_batch(self) -> list[dict[str, Any]]:
-        """The first record, with the metric records right after it when it is one."""
-        first = self._pending[0]
-        if first["op"] != "metrics":
-            return [first]
-        batch, count = [], 0
-        for record in self._pending:
-            if record["op"] != "metrics" or count + len(record["values"]) > MAX_METRICS_PER_REQUEST:
-                break
-            batch.append(record)
-            count += len(record["values"])
-        return batch or [first]
-
-    def _read_known_steps(self, client: Any) -> None:
-        """Every (key, step) the run holds (all its keys: more records may come later)."""
-        keys = client.get_run(self.run_id).data.metrics
-        history = client.get_metric_history
-        known = {(k, m.step) for k in sorted(keys) for m in history(self.run_id, k)}
-        with self._lock:
-            self._known |= known
-            self._verify = False
+        return True
 
     def _drop_first(self, err: Exception) -> None:
         with self._lock:
