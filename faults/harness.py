@@ -9,6 +9,7 @@ RUNNING. A :class:`Row` is one line of the matrix.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -109,10 +110,19 @@ class Driver:
         os.kill(self.process.pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL the driver and everything it started (its process group)."""
+        """SIGKILL the driver and everything it started, and wait until all of it is gone: its
+        process group, and every descendant outside it (a trial process Ray started in a
+        session of its own would otherwise write one more checkpoint after the kill)."""
+        tree = process_tree(self.process.pid)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in tree - {self.process.pid}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self.process.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while any(Path(f"/proc/{pid}").exists() for pid in tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.process.poll() is None:

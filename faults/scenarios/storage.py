@@ -46,9 +46,10 @@ def checkpoint_truncated(folder: Path, epochs: int = 30) -> Row:
 
     A driver killed between Tune's deletion of an old checkpoint and its next snapshot of the
     experiment state leaves Tune a record naming a folder that is gone (with epochs of a tenth
-    of a second, often). The row makes that case certain: a checkpoint of Tune's record other
-    than the newest two on storage is deleted too. The re-run must name the truncated file in
-    one warning, fall back to the intact one, finish, and print no traceback.
+    of a second, often). Whenever Tune's last snapshot names a checkpoint other than the newest
+    two on storage, the row deletes it, as that moment would have: the re-run then meets Tune's
+    record of a gone checkpoint (the note says whether it did). The re-run must name the
+    truncated file in one warning, fall back to the intact one, finish, and print no traceback.
     """
     row = Row("newest checkpoint truncated")
     storage = folder / "runs"

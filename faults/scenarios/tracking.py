@@ -118,13 +118,16 @@ def tracking_database_failover(folder: Path, epochs: int = 200, down_s: float = 
             carried_on = carried_on and server.healthy()
             log = (server.folder / "server.log").read_text(errors="replace")
             answered_500 = len(re.findall(r'" 500 ', log))
+            database_log = (database.folder / "log").read_text(errors="replace")
+            restarted = database_log.count("database system is ready to accept connections") == 2
             row.notes.append(
-                f"PostgreSQL restarted at about epoch {at_epoch}, down {down_s:.0f} s: the "
-                f"server answered 500 {answered_500} times; still serving: {carried_on}"
+                f"PostgreSQL restarted (its log: shut down and ready again: {restarted}) at "
+                f"about epoch {at_epoch}, down {down_s:.0f} s; the server answered 500 "
+                f"{answered_500} times meanwhile; still serving: {carried_on}"
             )
             result = audit(server.uri, EXPERIMENT, TRAIN, epochs)
             outcome = "server and trial carried on, every epoch logged once"
-            return finish_row(row, result, rc, outcome, carried_on and answered_500 > 0)
+            return finish_row(row, result, rc, outcome, carried_on and restarted)
     finally:
         database.stop()
 
