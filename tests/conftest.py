@@ -14,9 +14,12 @@ every test whose claim does not depend on width (exact equalities, invariances, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,22 @@ def data_dir() -> Path:
     except FileNotFoundError as missing:
         message = str(missing)
     pytest.fail(message, pytrace=False)  # outside the except: no chained traceback
+
+
+def answer_json(url: str, body: dict | None = None, seconds: float = 60.0) -> dict:
+    """The JSON answer of a server on loopback that may still be starting: GET ``url`` (or POST
+    ``body`` as JSON), retried every half second until it answers or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    data = None if body is None else json.dumps(body).encode()
+    while True:
+        request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,8 @@ multi-objective and the switch searches, a study on PostgreSQL, optuna-dashboard
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import optuna
@@ -17,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from faults.servers import free_port
 from orchestration.experiment.search import run_search
 from sweeps.compose import load_platform_config
+from tests.conftest import answer_json
 
 
 def search(tmp_path: Path, *overrides: str):
@@ -132,22 +130,10 @@ def test_optuna_dashboard_opens_the_study(ray_session, tmp_path) -> None:
         [*dashboard, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        studies = _get_json(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
+        studies = answer_json(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
         assert [s["study_name"] for s in studies] == ["hpo-smoke"]
-        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}")
+        detail = answer_json(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}")
         assert [t["state"] for t in detail["trials"]] == ["Complete", "Complete"]
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-
-def _get_json(url: str, seconds: float = 60.0) -> dict:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
-                return json.loads(response.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)

@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -23,6 +21,7 @@ from linc_core.verify import verify_instance
 from orchestration.experiment.ablation import run_ablation
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
+from tests.conftest import answer_json
 
 BUDGET = {"method": "sampling", "num_z": 8, "augment": 1, "seed": 3}
 
@@ -114,7 +113,9 @@ def test_the_served_model_answers_a_post_with_verified_routes(registered, data_d
     try:
         text = (data_dir / "solomon100" / "C101.txt").read_text()
         body = {"dataframe_split": {"columns": ["instance", "name"], "data": [[text, "C101"]]}}
-        answer = _post(f"http://127.0.0.1:{port}/invocations", body | {"params": BUDGET})
+        answer = answer_json(
+            f"http://127.0.0.1:{port}/invocations", body | {"params": BUDGET}, seconds=120
+        )
         prediction = answer["predictions"][0]
         assert prediction["feasible"] is True and prediction["name"] == "C101"
         local = loaded(uri).predict(pd.DataFrame({"instance": [text], "name": ["C101"]}),
@@ -138,17 +139,3 @@ def test_linc_report_registers_a_chosen_run(registered, capsys) -> None:
     assert "as models:/chosen/1" in capsys.readouterr().out
     assert client.get_model_version("chosen", "1").tags["variant"] == "baseline"
     assert report_main(["register", "--tracking-uri", uri, "--run", "nope", "--name", "x"]) == 2
-
-
-def _post(url: str, body: dict, seconds: float = 120.0) -> dict:
-    deadline = time.monotonic() + seconds
-    data = json.dumps(body).encode()
-    while True:
-        request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback
-                return json.loads(response.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
