@@ -30,14 +30,22 @@ def free_port() -> int:
 
 class MlflowServer:
     """``mlflow server`` on 127.0.0.1 with a SQLite store (or ``backend``, a database URL) and
-    proxied artifacts under ``folder``.
+    proxied artifacts under ``folder``; ``app_name``: one of MLflow's ``--app-name`` apps (linc's
+    ``linc``: the UI opening on the runs table).
 
     ``stop`` then ``start`` makes a real outage: connections are refused in between and the same
     port and store answer afterwards.
     """
 
-    def __init__(self, folder: Path, port: int | None = None, backend: str | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        port: int | None = None,
+        backend: str | None = None,
+        app_name: str | None = None,
+    ):
         self.folder = Path(folder)
+        self.app_name = app_name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.backend = backend or f"sqlite:///{self.folder / 'mlflow.db'}"
@@ -64,6 +72,8 @@ class MlflowServer:
             "--workers",
             "1",
         ]
+        if self.app_name:
+            command += ["--app-name", self.app_name]
         # No job runner: it forks consumer processes that outlive a stopped server.
         env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         log = (self.folder / "server.log").open("a")

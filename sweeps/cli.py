@@ -38,7 +38,10 @@ def print_mlflow_ui(
     else:
         print("Browse the runs with:")
     if server is None:
-        print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
+        print(
+            f"  .venv/bin/mlflow ui --app-name linc --backend-store-uri {tracking_uri} "
+            "--host 127.0.0.1"
+        )
     if experiment_id is not None:
         print(f"  then open {runs_view_url(server or 'http://127.0.0.1:5000', experiment_id)}")
     if registered is not None:

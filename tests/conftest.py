@@ -120,6 +120,41 @@ def postgres():
         server.stop()
 
 
+CHROMIUM_FLAGS = (
+    # No sandbox (CI runs as root); no background networking, which this closed network refuses.
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Chromium driven by Playwright: ``$LINC_CHROMIUM``, else Debian's
+    ``/usr/bin/chromium`` (``apt-get install chromium``; ``.ci/run`` installs it). Missing, the
+    test fails in CI (``$CI`` set) and is skipped with that line elsewhere."""
+    executable = os.environ.get("LINC_CHROMIUM", "/usr/bin/chromium")
+    if not Path(executable).exists():
+        reason = f"no Chromium at {executable}: apt-get install chromium, or set LINC_CHROMIUM"
+        if os.environ.get("CI"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=list(CHROMIUM_FLAGS)
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray (2 CPUs, no dashboard) shared by every test that needs it."""

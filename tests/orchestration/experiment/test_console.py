@@ -60,7 +60,7 @@ def test_smoke_ablation_prints_one_line_per_trial_event(tmp_path) -> None:
         assert len(mine) == 6
     summary = [line for line in lines if line.startswith("ablation-smoke: 2 trials: ")]
     assert summary and "2 finished, 0 failed, 2 retried, in " in summary[0]
-    assert "| Full LINC |" in output and "--backend-store-uri" in output
+    assert "| Full LINC |" in output and "mlflow ui --app-name linc --backend-store-uri" in output
     # the whole output: 12 event lines, the summary, the table, the MLflow pointer and Ray's
     # token notice (was about 300 lines for the same sweep without a fault)
     assert len(lines) <= 24, output
