@@ -81,7 +81,11 @@ def _register(tracking_uri: str, run_id: str, name: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="linc-report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="linc-report",
+        description="The paper-shaped tables rebuilt from MLflow runs, and a trial's policy "
+        "registered as an MLflow model (reads the tracking store only).",
+    )
     parser.add_argument("table", choices=("ablation", "benchmark", "budget", "register"))
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--experiment", default="linc-cpu")
@@ -102,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--reference-seed", type=int, default=1234, help="the seed of the reference curves"
     )
-    parser.add_argument("--run", default=None, help="register: the trial run whose policy")
+    parser.add_argument(
+        "--run", default=None, help="register: the trial run whose final policy is registered"
+    )
     parser.add_argument("--name", default="linc", help="register: the registered model's name")
     args = parser.parse_args(argv)
     if args.table == "register" and not args.run:

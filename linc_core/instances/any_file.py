@@ -46,12 +46,12 @@ def read_instance(path: Path) -> tuple[str, Instance]:
     return file_format, READERS[file_format](path)
 
 
-def format_of_text(text: str) -> str:
+def format_of_text(text: str, source: str = "instance text") -> str:
     """The format of a benchmark file's text: Solomon's ``VEHICLE`` and ``CUSTOMER`` blocks,
     else the ``TYPE`` line of TSPLIB (``TSP``) or CVRPLIB (``CVRP``).
 
     Raises:
-        InstanceError: none of them.
+        InstanceError: none of them (naming ``source`` and the text's start).
     """
     if re.search(r"^\s*VEHICLE\s*$", text, re.MULTILINE) and "CUSTOMER" in text:
         return "solomon"
@@ -61,14 +61,27 @@ def format_of_text(text: str) -> str:
     if kind and kind.group(1).upper() == "CVRP":
         return "cvrplib"
     raise InstanceError(
-        "instance text: neither a Solomon file (VEHICLE and CUSTOMER blocks) nor a TSPLIB or "
-        "CVRPLIB file (a TYPE : TSP or TYPE : CVRP line)"
+        source,
+        "instance",
+        text[:40],
+        "neither a Solomon file (VEHICLE and CUSTOMER blocks) nor a TSPLIB or CVRPLIB file (a "
+        "TYPE : TSP or TYPE : CVRP line)",
     )
+
+
+def name_in_text(text: str) -> str | None:
+    """The instance's own name in a benchmark file's text: TSPLIB/CVRPLIB's ``NAME`` line, else
+    a Solomon file's first line; None if the text has neither."""
+    named = re.search(r"^\s*NAME\s*:?\s*(\S+)", text, re.MULTILINE)
+    if named:
+        return named.group(1)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if re.fullmatch(r"[A-Za-z0-9._-]+", first) else None
 
 
 def read_instance_text(text: str, name: str = "instance") -> tuple[str, Instance]:
     """(format, B = 1 instance named ``name``) of a benchmark file's text."""
-    file_format = format_of_text(text)
+    file_format = format_of_text(text, name)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "instance"
     with tempfile.TemporaryDirectory(prefix="linc-instance-") as folder:
         path = Path(folder) / f"{safe}{SUFFIXES[file_format]}"
@@ -81,6 +94,7 @@ __all__ = [
     "SUFFIXES",
     "detect_format",
     "format_of_text",
+    "name_in_text",
     "read_instance",
     "read_instance_text",
 ]

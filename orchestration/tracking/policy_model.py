@@ -8,7 +8,7 @@ linc's checkpoint format (:mod:`orchestration.tracking.registry` logs and regist
 ``predict`` takes a DataFrame, one instance per row, either
 
 - ``instance``: the text of a Solomon, TSPLIB or CVRPLIB file (format read from the content),
-  with an optional ``name``; or
+  with an optional ``name`` (default: the file's own, its ``NAME`` or Solomon's first line); or
 - ``locs`` (``[[x, y], ...]``, node 0 the depot), with ``demand``, ``capacity``,
   ``time_windows`` and ``service_time`` as the policy's problem needs them;
 
@@ -25,6 +25,7 @@ import json
 from typing import Any
 
 import mlflow
+import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 DEFAULT_PARAMS: dict[str, Any] = {"method": "sampling", "num_z": 128, "augment": 8, "seed": 0}
@@ -33,17 +34,16 @@ DEFAULT_PARAMS: dict[str, Any] = {"method": "sampling", "num_z": 128, "augment":
 class LincPolicyModel(PythonModel):
     """The pyfunc wrapper of a linc checkpoint (see the module docstring)."""
 
-    # No type hints on predict: MLflow would read them as a schema; the signature is the
-    # registry's (``orchestration.tracking.registry.signature``).
+    # predict's input is hinted as a DataFrame, a hint MLflow infers no schema from (it warns
+    # on every load without a hint): the signature is the registry's
+    # (``orchestration.tracking.registry.signature``).
     def load_context(self, context):
         from linc_core.train.loop import policy_from_checkpoint
 
         self.policy, _ = policy_from_checkpoint(context.artifacts["checkpoint"])
         self.policy.eval()
 
-    def predict(self, context, model_input, params=None):
-        import pandas as pd
-
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         from linc_core.decode import DecodeConfig
         from linc_core.evaluate import evaluate_policy
 
@@ -77,12 +77,14 @@ class LincPolicyModel(PythonModel):
 
     def _instance(self, record: dict[str, Any], index: int) -> Any:
         from linc_core.instances import Instance
-        from linc_core.instances.any_file import read_instance_text
+        from linc_core.instances.any_file import name_in_text, read_instance_text
 
         problem = self.policy.config.problem
-        name = str(record.get("name") or f"instance{index}")
         text = record.get("instance")
-        if isinstance(text, str) and text.strip():
+        given_text = isinstance(text, str) and bool(text.strip())
+        own_name = name_in_text(text) if given_text else None
+        name = str(record.get("name") or own_name or f"instance{index}")
+        if given_text:
             _, instance = read_instance_text(text, name)
         else:
             fields = ("demand", "capacity", "time_windows", "service_time")

@@ -28,6 +28,7 @@ from typing import Any
 import linc_core
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, manifest_path
 from orchestration.data.storage import open_filesystem
+from orchestration.tracking.store import follow_moved_store
 from orchestration.tracking.target import TrackingTarget
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,8 @@ def register_run(
     on that run and register it as ``name``; returns the new version.
 
     Raises:
-        LookupError: the run has no ``checkpoint`` tag (not a finished linc trial).
+        LookupError: the run has no ``checkpoint`` tag, which linc's sweep driver puts on each
+            trial run when the sweep ends (the message says what to do).
     """
     import mlflow
 
@@ -119,7 +121,17 @@ def register_run(
     run = client.get_run(run_id)
     checkpoint = run.data.tags.get("checkpoint")
     if not checkpoint:
-        raise LookupError(f"run {run_id} has no 'checkpoint' tag: not a finished linc trial")
+        sweep = run.data.tags.get("sweep")
+        why = (
+            f"its sweep {sweep!r} has not ended (the driver tags each trial's final checkpoint "
+            "when the sweep ends): run the sweep's command again, it resumes and ends it"
+            if sweep and run.data.tags.get("variant")
+            else "not a linc trial run (a child run of a linc sweep)"
+        )
+        raise LookupError(f"run {run_id} ({run.info.status}) has no 'checkpoint' tag: {why}")
+    experiment = client.get_experiment(run.info.experiment_id)
+    if follow_moved_store(tracking.uri, experiment.experiment_id, experiment.artifact_location):
+        run = client.get_run(run_id)  # its artifact folder is now beside the moved store
     described = {
         "variant": run.data.tags.get("variant", ""),
         "seed": run.data.tags.get("seed", ""),

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -15,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from faults.servers import free_port
-from linc_core.instances import read_solomon
+from linc_core.instances import InstanceError, read_solomon
 from linc_core.train.data import generate
 from linc_core.verify import verify_instance
 from orchestration.experiment.ablation import run_ablation
@@ -71,7 +72,10 @@ def test_the_sweeps_best_trial_is_registered_and_described(registered) -> None:
 
 def test_the_loaded_model_solves_c101_with_a_verified_solution(registered, data_dir) -> None:
     _, uri, _ = registered
-    model = loaded(uri)
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        model = loaded(uri)
+    assert not [w for w in told if "type hint" in str(w.message)]  # a quiet load
     text = (data_dir / "solomon100" / "C101.txt").read_text()
     out = model.predict(pd.DataFrame({"instance": [text], "name": ["C101"]}), params=BUDGET)
     row = out.iloc[0]
@@ -97,6 +101,11 @@ def test_the_loaded_model_solves_c101_with_a_verified_solution(registered, data_
     )
     with pytest.raises(Exception, match="a tsp instance, but this model solves cvrptw"):
         model.predict(pd.DataFrame({"instance": [tsp]}), params=BUDGET)
+    # no name given: the file's own (Solomon's first line); text that is no instance: one line
+    out = model.predict(pd.DataFrame({"instance": [text]}), params=BUDGET)
+    assert out.iloc[0]["name"] == "C101"
+    with pytest.raises(InstanceError, match=r"^instance0: field 'instance' = 'not an instance'"):
+        model.predict(pd.DataFrame({"instance": ["not an instance"]}), params=BUDGET)
 
 
 def test_the_served_model_answers_a_post_with_verified_routes(registered, data_dir) -> None:
@@ -139,3 +148,9 @@ def test_linc_report_registers_a_chosen_run(registered, capsys) -> None:
     assert "as models:/chosen/1" in capsys.readouterr().out
     assert client.get_model_version("chosen", "1").tags["variant"] == "baseline"
     assert report_main(["register", "--tracking-uri", uri, "--run", "nope", "--name", "x"]) == 2
+    # a trial of a sweep that never ended has no final checkpoint tag: the line says what to do
+    client.delete_tag(baseline.info.run_id, "checkpoint")
+    assert report_main(args) == 2
+    told = capsys.readouterr().err
+    assert f"run {baseline.info.run_id} (FINISHED) has no 'checkpoint' tag: its sweep" in told
+    assert "run the sweep's command again" in told
