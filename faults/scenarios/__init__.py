@@ -8,8 +8,9 @@ one line (exit 2) and created nothing.
 
 Scenarios by what fails: ``tracking`` (the store: down, sick, failing over, many writers),
 ``signals`` (SIGTERM to a driver or a trial), ``storage`` (checkpoints, folders, a sweep
-submitted twice, S3 killed or throttling), ``nodes`` (Ray nodes, workers, the memory monitor, a
-hung trial); ``common`` holds what they share. ``.ci/run`` runs every row after the tests.
+submitted twice, S3 killed or throttling), ``disk`` (the storage filling up), ``nodes`` (Ray
+nodes, workers, the memory monitor, a hung trial); ``common`` holds what they share.
+``.ci/run`` runs every row after the tests.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faults.harness import Row
+from faults.scenarios.disk import storage_full
 from faults.scenarios.nodes import ddp_worker_killed, hung_trial, memory_monitor, node_killed
 from faults.scenarios.signals import driver_sigterm, trial_sigterm
 from faults.scenarios.storage import (
@@ -56,6 +58,7 @@ MATRIX: dict[str, Callable[[Path], Row]] = {
     "tracking-sick": tracking_sick,
     "tracking-db-failover": tracking_database_failover,
     "s3-throttling": s3_throttling,
+    "storage-full": storage_full,
 }
 
 

@@ -14,6 +14,8 @@ location and the last error.
 
 from __future__ import annotations
 
+import errno
+import shutil
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -26,6 +28,8 @@ from linc_core.instances.datasets import load_dataset, resolve_filesystem
 from linc_core.train.data import ShardedTrainingData
 
 __all__ = [
+    "out_of_space",
+    "is_out_of_space",
     "StorageUnavailableError",
     "is_s3",
     "load_evaluation_set",
@@ -45,6 +49,37 @@ _REQUEST_TIMEOUT_S = 10.0
 
 class StorageUnavailableError(OSError):
     """The storage location could not be reached after the allowed retries."""
+
+
+# What storage out of space answers: the OS's words (a file, pyarrow's upload), SQLite's and a
+# tracking server relaying either in its 500.
+OUT_OF_SPACE_SIGNS = ("database or disk is full", "no space left on device")
+
+
+def is_out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) says the storage is out of space."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        if any(sign in str(seen).lower() for sign in OUT_OF_SPACE_SIGNS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def out_of_space(storage: str, err: BaseException | None = None) -> bool:
+    """Whether ``err`` says so (:func:`is_out_of_space`), or ``storage`` is a local folder whose
+    file system has less than 1 MiB free (an error of a reader of a file the full storage left
+    empty says nothing of space)."""
+    if err is not None and is_out_of_space(err):
+        return True
+    if "://" in storage:
+        return False
+    try:
+        return shutil.disk_usage(storage).free < 1 << 20
+    except OSError:
+        return False
 
 
 def is_s3(uri: str) -> bool:

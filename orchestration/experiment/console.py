@@ -66,6 +66,35 @@ def prepare_console(spec: ConsoleSpec) -> None:
     controller = logging.getLogger("ray.tune.execution.tune_controller")
     if not any(isinstance(f, GoneCheckpointFilter) for f in controller.filters):
         controller.addFilter(GoneCheckpointFilter())
+    for name in ("ray.train._internal.syncer", "ray.tune.execution.experiment_state"):
+        syncer = logging.getLogger(name)
+        if not any(isinstance(f, SyncFailureFilter) for f in syncer.filters):
+            syncer.addFilter(SyncFailureFilter())
+
+
+class SyncFailureFilter(logging.Filter):
+    """Tune's failed copy of its experiment state to storage (a full or unreachable storage):
+    the syncer's "Last sync command failed" warning, the traceback inside its message, and the
+    experiment state's "Saving experiment state to storage ... failed" error, with its
+    traceback, each as one warning line: the error's last line. The next save tries again; a
+    copy cut short is mended on the re-run (:mod:`orchestration.experiment.tune_state`)."""
+
+    PREFIXES = ("Last sync command failed", "Saving experiment state to storage")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.PREFIXES):
+            if record.exc_info and record.exc_info[1] is not None:
+                error = record.exc_info[1]
+                message += f"\n{type(error).__name__}: {error}"
+                record.exc_info, record.exc_text = None, None
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+            lines = [line for line in message.splitlines() if line.strip()]
+            record.msg = (
+                "could not copy Tune's experiment state to storage (%s); retried at its next save"
+            )
+            record.args = (lines[-1].strip() if len(lines) > 1 else "no detail",)
+        return True
 
 
 class GoneCheckpointFilter(logging.Filter):

@@ -28,7 +28,7 @@ from ray import tune
 
 from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
-from orchestration.data.storage import open_filesystem
+from orchestration.data.storage import StorageUnavailableError, open_filesystem, out_of_space
 from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
 from orchestration.experiment.lease import SweepLease
 from orchestration.experiment.memory_kills import handle_memory_kills
@@ -39,8 +39,10 @@ from orchestration.experiment.stopping import (
     PendingTimeoutError,
     StallWatch,
     SweepInterrupted,
+    TrialFailed,
     stop_sweep_on_signals,
 )
+from orchestration.experiment.tune_state import KeepIntactState, repair
 from orchestration.report.tables import ablation_table
 from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
 from orchestration.tracking.target import TrackingTarget
@@ -247,6 +249,7 @@ def run_experiment(
         with stop_sweep_on_signals() as stop:
             try:
                 if restore:
+                    repair(place.filesystem or pafs.LocalFileSystem(), place.experiment_path)
                     tuner = _restore_tuner(place, trainable, param_space)
                     parent.set_status("RUNNING")
                 else:
@@ -270,6 +273,14 @@ def run_experiment(
                 cause = _cause(err, PendingTimeoutError)
                 if cause is not None:
                     raise cause from None
+                if isinstance(err, OSError | EOFError) and out_of_space(place.storage_path, err):
+                    # Tune reading back a result file the full storage left empty, and alike
+                    raise StorageUnavailableError(
+                        f"{name}: the storage {place.storage_path} is out of space (No space "
+                        f"left on device: {type(err).__name__} {err}); free space there and run "
+                        "the same command again: it resumes from each trial's newest intact "
+                        "checkpoint"
+                    ) from None
                 raise
         if stop.signal is not None:
             # a preempted driver has its grace period, not the store's flush time
@@ -321,6 +332,7 @@ def _new_tuner(
         callbacks.append(PendingTimeout(cluster.pending_timeout_s))
     if cluster.stall_timeout_s is not None:
         callbacks.append(StallWatch(cluster.stall_timeout_s, events.notice))
+    callbacks.append(KeepIntactState(place.filesystem, place.experiment_path))
     tune_config = tune_config or tune.TuneConfig(
         max_concurrent_trials=cluster.max_concurrent_trials or None,
         reuse_actors=cluster.reuse_actors,
@@ -356,7 +368,12 @@ def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult
     failed = bool(results.errors)
     experiment.finish(failed=failed)
     if failed:
-        raise RuntimeError(f"{name}: trial failed: {results.errors[0]}")
+        lines = [line.strip() for line in str(results.errors[0]).splitlines() if line.strip()]
+        raise TrialFailed(
+            f"{name}: the trial failed after {config.cluster.max_failures} retries "
+            f"({lines[-1] if lines else 'no detail'}); its error.txt has the traceback; re-run "
+            "the same command to resume it from its newest intact checkpoint"
+        )
     return sweep_result(name, experiment, rows, ablation_table(rows, compare_to=None))
 
 

@@ -37,6 +37,11 @@ class SweepStopped(RuntimeError):
     exit_code = 1
 
 
+class TrialFailed(SweepStopped):
+    """A single-trial sweep (``linc-tune``) whose trial failed after its retries; its newest
+    intact checkpoint is kept for a re-run."""
+
+
 class SweepInterrupted(SweepStopped):
     """The sweep was stopped by a signal; its state is saved and its runs are marked KILLED."""
 

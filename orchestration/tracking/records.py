@@ -6,6 +6,8 @@ store's errors through: the writer decides with :func:`is_permanent` whether to 
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -96,8 +98,25 @@ def is_permanent(err: Exception) -> bool:
     return not isinstance(err, OSError)  # a bug, not an outage: do not retry it forever
 
 
+class StoreErrorTraceback(logging.Filter):
+    """MLflow's SQL store logs each failed statement at ERROR with a traceback; a writer names
+    each outage in one warning line itself (and retries), so those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error")
+
+
+def quiet_store_tracebacks() -> None:
+    store_logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, StoreErrorTraceback) for f in store_logger.filters):
+        store_logger.addFilter(StoreErrorTraceback())
+
+
 def reason(err: Exception) -> str:
-    return " ".join(str(err).split())[:300]
+    """One line for the console: the error's text, SQLAlchemy's SQL and parameters left out."""
+    text = " ".join(str(err).split())
+    text = re.sub(r" ?\[SQL: .*", "", text)
+    return text[:300]
 
 
 __all__ = [
@@ -105,6 +124,7 @@ __all__ = [
     "PERMANENT_ERRORS",
     "find_or_create_run",
     "is_permanent",
+    "quiet_store_tracebacks",
     "next_batch",
     "reason",
     "send",

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
 from linc_core.utils.atomic import write_atomic
+from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_best
 from orchestration.tracking.store import TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
@@ -230,7 +231,7 @@ def _tag_final_checkpoints(tracking: TrackingTarget, parent: RunWriter, results:
             if uri is not None:
                 client.set_tag(run.info.run_id, "checkpoint", uri)
     except (MlflowException, OSError) as err:
-        logger.warning("tracking store %s: checkpoint tags not set: %s", tracking.uri, err)
+        logger.warning("tracking store %s: checkpoint tags not set: %s", tracking.uri, reason(err))
 
 
 def _settle_children(
@@ -249,7 +250,7 @@ def _settle_children(
         logger.warning(
             "tracking store %s: could not list the sweep's trial runs to settle them: %s",
             tracking.uri,
-            err,
+            reason(err),
         )
         return
     outcomes = {}

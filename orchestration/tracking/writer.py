@@ -41,10 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.utils.atomic import write_atomic
+from orchestration.data.storage import is_out_of_space
 from orchestration.tracking.records import (
     find_or_create_run,
     is_permanent,
     next_batch,
+    quiet_store_tracebacks,
     reason,
     send,
 )
@@ -57,6 +59,9 @@ JOURNAL_ARTIFACTS = "tracking_artifacts"
 # 7 retries with backoff, about 4 minutes, during which the calling thread is frozen).
 REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 MAX_BACKOFF_S = 30.0
+# A store out of space (SQLite "database or disk is full", a server's disk) does not come back
+# by waiting as an unreachable one does: someone must free space. flush gives up after this.
+STORE_FULL_GIVE_UP_S = 30.0
 
 
 class RunWriter:
@@ -82,6 +87,8 @@ class RunWriter:
         self._lock = threading.Condition()
         self._closed = False
         self._outage_since: float | None = None
+        self._full_since: float | None = None  # when the store began answering "out of space"
+        quiet_store_tracebacks()
         self._thread = threading.Thread(target=self._deliver_forever, name="linc-run-writer")
         self._thread.daemon = True
         self._thread.start()
@@ -194,7 +201,7 @@ class RunWriter:
             self._lock.notify_all()
             while self._pending or (self.run_id is None and self._create is not None):
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._full_for() > STORE_FULL_GIVE_UP_S:
                     return False
                 self._lock.wait(min(left, 1.0))
         return True
@@ -206,7 +213,15 @@ class RunWriter:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        if not delivered and warn:
+        if not delivered and warn and self._full_since is not None:
+            logger.warning(
+                "tracking store %s is out of space: %d record(s) not delivered; free space "
+                "there and run the same command again (a trial resumes from its newest intact "
+                "checkpoint and logs the epochs after it again)",
+                self.tracking_uri,
+                self.pending(),
+            )
+        elif not delivered and warn:
             logger.warning(
                 "tracking store %s: %d record(s) not delivered after %.0f s",
                 self.tracking_uri,
@@ -368,18 +383,29 @@ class RunWriter:
             reason(err),
         )
 
+    def _full_for(self) -> float:
+        """Seconds the store has answered "out of space" without a success in between."""
+        return 0.0 if self._full_since is None else time.monotonic() - self._full_since
+
     def _note_outage(self, err: Exception) -> None:
+        full = is_out_of_space(err)
+        if full and self._full_since is None:
+            self._full_since = time.monotonic()
+        elif not full:
+            self._full_since = None
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             logger.warning(
-                "tracking store %s unreachable (%s); training continues, %d record(s) kept "
+                "tracking store %s %s (%s); training continues, %d record(s) kept "
                 "and replayed in order when it answers",
                 self.tracking_uri,
+                "is out of space" if full else "unreachable",
                 reason(err),
                 self.pending(),
             )
 
     def _note_recovery(self) -> None:
+        self._full_since = None
         if self._outage_since is not None:
             logger.warning(
                 "tracking store %s answers again after %.0f s",

@@ -34,6 +34,7 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -57,7 +58,7 @@ from linc_core.utils.runtime import (
     tune_cpu_allocator,
 )
 from orchestration.config.sections import FaultSpec
-from orchestration.data.storage import open_filesystem
+from orchestration.data.storage import is_out_of_space, open_filesystem
 from orchestration.tracking.fit_metrics import EPOCH_METRICS, MLflowCallback
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
@@ -94,14 +95,29 @@ class StoppedByTune(Exception):
         self.epoch = epoch
 
 
+class StorageFull(OSError):
+    """The trial's storage has no space left for its checkpoint: the message names the folder."""
+
+
 def report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path, epoch: int) -> None:
     """``tune.report`` with the checkpoint folder; Tune's stop (a ``SystemExit`` raised in the
-    training thread at a report) becomes :class:`StoppedByTune`."""
+    training thread at a report) becomes :class:`StoppedByTune`, and a storage out of space
+    (Tune's upload says only "Error writing bytes to file") :class:`StorageFull`."""
     checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir))
     try:
         tune.report(metrics, checkpoint=checkpoint)
     except SystemExit:
         raise StoppedByTune(epoch) from None
+    except OSError as err:
+        if not is_out_of_space(err):
+            raise
+        where = TrialStorage.current().uri()
+        raise StorageFull(
+            errno.ENOSPC,
+            f"No space left on device: the checkpoint of epoch {epoch} could not be written to "
+            f"{where}; free space there and run the same command again (it resumes from the "
+            "newest intact checkpoint)",
+        ) from err
 
 
 class TuneReportCallback(BaseCallback):

@@ -19,6 +19,7 @@ from linc_core.utils.seeding import derive_seed
 from orchestration.experiment.ablation import run_ablation
 from orchestration.experiment.runner import SweepSettingsChanged, run_experiment, run_training
 from orchestration.experiment.search import run_search
+from orchestration.experiment.stopping import TrialFailed
 from orchestration.tracking.store import ensure_experiment
 from orchestration.trial.plan import TrialPlan
 from sweeps.compose import load_platform_config
@@ -210,6 +211,16 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(ray_session, tmp_path
     assert steps == [1, 2, 3], "epoch 1 is not trained twice: the retry starts at epoch 2"
     state = (tmp_path / "runs" / "retry").glob("trial_000_full_linc_seed=1234/error.txt")
     assert any("fail_at_epoch=1" in p.read_text() for p in state)
+
+
+def test_a_trial_failing_for_good_ends_linc_tune_in_one_line(ray_session, tmp_path) -> None:
+    config = smoke(tmp_path, "fault.fail_at_epoch=1", "train.epochs=2", "cluster.max_failures=0")
+    with pytest.raises(TrialFailed) as failed:
+        run_training(config, name="fails")
+    told = str(failed.value)
+    assert told.startswith("fails: the trial failed after 0 retries (")
+    assert "fault.fail_at_epoch=1: failing on purpose" in told and "\n" not in told
+    assert failed.value.exit_code == 1  # run_cli prints SweepStopped's message, exits with it
 
 
 def test_a_reused_process_reports_each_trial_its_own_peak_memory(ray_session, tmp_path) -> None:

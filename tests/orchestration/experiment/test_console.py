@@ -7,10 +7,13 @@ file (not a terminal), with a fault injected so that each trial fails once and i
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +23,25 @@ from linc_core.utils.progress import Progress
 from orchestration.config.sections import ConsoleSpec
 from orchestration.experiment.console import TrialEvents
 from sweeps.compose import load_platform_config
+
+
+@contextmanager
+def console_of(logger_name: str) -> Iterator[io.StringIO]:
+    """What ``logger_name`` shows on the console (``LEVEL message``) once linc's console is
+    prepared (its filters installed)."""
+    from orchestration.experiment.console import prepare_console
+
+    logger = logging.getLogger(logger_name)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    try:
+        prepare_console(ConsoleSpec())
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENT = re.compile(r"^\[\d+:\d\d\] (baseline|full_linc) seed=1: ")
@@ -189,13 +211,10 @@ def test_tune_deleting_a_checkpoint_already_gone_is_one_warning_line(tmp_path) -
     manager then raises FileNotFoundError when the re-run registers a new checkpoint (the
     state of Ray 2.60 this guards), and its controller logs that with a traceback: the console
     shows one warning line instead."""
-    import logging
 
     from ray.train import Checkpoint, CheckpointConfig
     from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.train._internal.session import _TrainingResult
-
-    from orchestration.experiment.console import prepare_console
 
     folders = [tmp_path / f"checkpoint_00000{i}" for i in range(3)]
     for folder in folders:
@@ -205,23 +224,63 @@ def test_tune_deleting_a_checkpoint_already_gone_is_one_warning_line(tmp_path) -
         manager.register_checkpoint(_TrainingResult(Checkpoint(str(folder)), {}))
     folders[0].rmdir()  # deleted by the killed driver after its last snapshot
     controller = logging.getLogger("ray.tune.execution.tune_controller")
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    controller.addHandler(handler)
-    try:
-        prepare_console(ConsoleSpec())
+    with console_of(controller.name) as stream:
         try:
             manager.register_checkpoint(_TrainingResult(Checkpoint(str(folders[2])), {}))
         except FileNotFoundError:  # as Tune's controller catches it
             controller.exception("Trial %s: Error handling checkpoint %s", "trial_0", "cp")
         else:  # a Ray that tolerates a gone folder: nothing reaches the console at all
             assert not folders[0].exists()
-    finally:
-        controller.removeHandler(handler)
     lines = stream.getvalue().splitlines()
     assert len(lines) <= 1 and "Traceback" not in stream.getvalue()
     if lines:
         assert lines[0].startswith("WARNING trial_0: a checkpoint in Tune's record")
         assert f"storage ({folders[0]}), deleted before" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [folders[1].name, folders[2].name]
+
+
+def test_a_failed_copy_of_tunes_state_is_one_warning_line() -> None:
+    """Ray's background syncer (its copy of the experiment state to storage) logs a failed copy
+    with the whole traceback in the message; the console shows the error's last line."""
+
+    from ray.train._internal.syncer import _BackgroundSyncer
+
+    def copy_to_full_storage() -> None:
+        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    class FullStorageSyncer(_BackgroundSyncer):
+        def _sync_up_command(self, local_path, uri, exclude=None):
+            return copy_to_full_storage, {}
+
+        def _sync_down_command(self, uri, local_path):
+            return copy_to_full_storage, {}
+
+        def _delete_command(self, uri):
+            return copy_to_full_storage, {}
+
+    with console_of("ray.train._internal.syncer") as stream:
+        syncer = FullStorageSyncer()
+        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))
+        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))  # waits on the first
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "WARNING could not copy Tune's experiment state to storage (OSError: Error writing bytes "
+        "to file. Detail: [errno 28] No space left on device); retried at its next save"
+    ]
+
+
+def test_a_failed_save_of_tunes_state_is_one_warning_line() -> None:
+    """Tune's experiment state logs a failed save with ``exc_info`` (Ray 2.60's wording)."""
+    logger = logging.getLogger("ray.tune.execution.experiment_state")
+    with console_of(logger.name) as stream:
+        try:
+            raise OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space")
+        except OSError:
+            logger.error(
+                "Saving experiment state to storage at '/runs/x' failed with exception: ",
+                exc_info=True,
+            )
+    assert stream.getvalue().splitlines() == [
+        "WARNING could not copy Tune's experiment state to storage (OSError: [Errno 28] Error "
+        "writing bytes to file. Detail: [errno 28] No space); retried at its next save"
+    ]

@@ -104,3 +104,13 @@ def test_a_journal_from_another_store_goes_to_a_new_run_in_this_one(tmp_path):
     assert moved.close(60)
     assert steps(uri, moved.run_id) == [(1, 1.0), (2, 2.0)]
     assert MlflowClient(tracking_uri=uri).get_run(moved.run_id).data.params == {"lr": "0.1"}
+
+
+def test_a_store_error_is_one_line_without_sql():
+    from orchestration.tracking.records import reason
+
+    text = (
+        "(sqlite3.OperationalError) database or disk is full\n[SQL: INSERT INTO metrics "
+        '("key", value) VALUES (?, ?)]\n[parameters: [("a", 1.0)]]'
+    )
+    assert reason(RuntimeError(text)) == "(sqlite3.OperationalError) database or disk is full"
