@@ -15,7 +15,6 @@ a sweep of one trial.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from collections.abc import Callable
@@ -26,7 +25,6 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray import tune
 
-from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
 from orchestration.data.storage import StorageUnavailableError, open_filesystem, out_of_space
 from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
@@ -42,7 +40,11 @@ from orchestration.experiment.stopping import (
     TrialFailed,
     stop_sweep_on_signals,
 )
-from orchestration.experiment.tune_state import KeepIntactState, repair
+from orchestration.experiment.tune_state import (
+    KeepIntactState,
+    SweepSettingsChanged,
+    restore_tuner,
+)
 from orchestration.report.tables import ablation_table
 from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
 from orchestration.tracking.target import TrackingTarget
@@ -132,49 +134,6 @@ class _Place:
         return cls(filesystem, storage, f"{storage.rstrip('/')}/{name}")
 
 
-class SweepSettingsChanged(ConfigError):
-    """The sweep on storage was started with other settings keys than this linc's."""
-
-
-def _restore_tuner(place: _Place, trainable: Any, param_space: dict[str, Any]) -> tune.Tuner:
-    """Tune's restore of the sweep at ``place``; a sweep whose settings have other keys (begun
-    by another linc version) is a one-line error naming them, not Ray's traceback."""
-    try:
-        return tune.Tuner.restore(
-            place.experiment_path,
-            trainable,
-            resume_errored=True,
-            param_space=param_space,
-            storage_filesystem=place.filesystem,
-        )
-    except ValueError as err:
-        if "param_space" not in str(err):
-            raise
-        saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
-        differ = ""
-        if saved is not None and ours is not None:
-            new, gone = sorted(ours - saved), sorted(saved - ours)
-            differ = (
-                f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
-            )
-        raise SweepSettingsChanged(
-            f"the sweep in {place.experiment_path} was started by a linc version with other "
-            f"settings{differ}; finish it with that version (its trial runs' git_commit tag "
-            "names it) or start the sweep afresh under another name"
-        ) from None
-
-
-def _listed_keys(message: str, label: str) -> set[str] | None:
-    """The key list Ray prints after ``label:`` in its param_space error, or None."""
-    for line in message.splitlines():
-        if line.startswith(f"{label}: ["):
-            try:
-                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
-            except (ValueError, SyntaxError):
-                return None
-    return None
-
-
 def experiment_exists(config: PlatformConfig, name: str) -> bool:
     """Whether a Tune experiment ``name`` is on ``config``'s storage (it can be restored)."""
     place = _Place.of(config, name)
@@ -249,8 +208,9 @@ def run_experiment(
         with stop_sweep_on_signals() as stop:
             try:
                 if restore:
-                    repair(place.filesystem or pafs.LocalFileSystem(), place.experiment_path)
-                    tuner = _restore_tuner(place, trainable, param_space)
+                    tuner = restore_tuner(
+                        place.filesystem, place.experiment_path, trainable, param_space
+                    )
                     parent.set_status("RUNNING")
                 else:
                     tuner = _new_tuner(

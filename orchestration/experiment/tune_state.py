@@ -14,12 +14,16 @@ damaged state file is put back from its copy (:func:`repair`), with one warning 
 An older state is safe to resume from: each trial restores its own newest intact checkpoint, and
 a state naming checkpoints since deleted is tolerated (:mod:`orchestration.trial.checkpoints`).
 
+:func:`restore_tuner` is the one restore of a sweep from that state: repaired first, and a sweep
+begun by a linc version with other settings keys refused in one line.
+
 A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (read with
 :mod:`pickletools`, which executes nothing).
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
@@ -31,6 +35,7 @@ import pyarrow.fs as pafs
 from ray import tune
 
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.typed import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -155,4 +160,62 @@ class KeepIntactState(tune.Callback):
         return self.__dict__ | {"_seen": {}, "_next": 0.0}
 
 
-__all__ = ["KEEP_FOLDER", "KeepIntactState", "is_intact", "keep_intact", "repair"]
+class SweepSettingsChanged(ConfigError):
+    """The sweep on storage was started with other settings keys than this linc's."""
+
+
+def restore_tuner(
+    filesystem: pafs.FileSystem | None,
+    experiment_path: str,
+    trainable: Any,
+    param_space: dict[str, Any],
+) -> tune.Tuner:
+    """Tune's restore of the sweep at ``experiment_path`` (on ``filesystem``, None: local),
+    after :func:`repair`; a sweep whose settings have other keys (begun by another linc
+    version) is a one-line error naming them, not Ray's traceback."""
+    repair(filesystem or pafs.LocalFileSystem(), experiment_path)
+    try:
+        return tune.Tuner.restore(
+            experiment_path,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=filesystem,
+        )
+    except ValueError as err:
+        if "param_space" not in str(err):
+            raise
+        saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
+        differ = ""
+        if saved is not None and ours is not None:
+            new, gone = sorted(ours - saved), sorted(saved - ours)
+            differ = (
+                f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
+            )
+        raise SweepSettingsChanged(
+            f"the sweep in {experiment_path} was started by a linc version with other "
+            f"settings{differ}; finish it with that version (its trial runs' git_commit tag "
+            "names it) or start the sweep afresh under another name"
+        ) from None
+
+
+def _listed_keys(message: str, label: str) -> set[str] | None:
+    """The key list Ray prints after ``label:`` in its param_space error, or None."""
+    for line in message.splitlines():
+        if line.startswith(f"{label}: ["):
+            try:
+                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
+            except (ValueError, SyntaxError):
+                return None
+    return None
+
+
+__all__ = [
+    "KEEP_FOLDER",
+    "KeepIntactState",
+    "SweepSettingsChanged",
+    "is_intact",
+    "keep_intact",
+    "repair",
+    "restore_tuner",
+]

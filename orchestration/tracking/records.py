@@ -10,8 +10,13 @@ import logging
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+from orchestration.data.storage import is_out_of_space
+
+logger = logging.getLogger(__name__)
 
 # Errors that repeating the same record cannot fix.
 PERMANENT_ERRORS = frozenset(
@@ -98,6 +103,53 @@ def is_permanent(err: Exception) -> bool:
     return not isinstance(err, OSError)  # a bug, not an outage: do not retry it forever
 
 
+class Outage:
+    """A store's current outage, as a run writer sees it: one warning when it begins (naming the
+    store, and whether it is out of space) and one when it ends; :meth:`full_for`, the seconds
+    it has answered "out of space" without a success in between."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+        self.since: float | None = None
+        self.full_since: float | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.full_since is not None
+
+    def full_for(self) -> float:
+        return 0.0 if self.full_since is None else time.monotonic() - self.full_since
+
+    def begin(self, err: Exception, pending: int) -> None:
+        """A request failed with ``err``; ``pending`` records wait."""
+        full = is_out_of_space(err)
+        if not full:
+            self.full_since = None
+        elif self.full_since is None:
+            self.full_since = time.monotonic()
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning(
+                "tracking store %s %s (%s); training continues, %d record(s) kept "
+                "and replayed in order when it answers",
+                self.tracking_uri,
+                "is out of space" if full else "unreachable",
+                reason(err),
+                pending,
+            )
+
+    def end(self) -> None:
+        """A request succeeded."""
+        self.full_since = None
+        if self.since is not None:
+            logger.warning(
+                "tracking store %s answers again after %.0f s",
+                self.tracking_uri,
+                time.monotonic() - self.since,
+            )
+            self.since = None
+
+
 class StoreErrorTraceback(logging.Filter):
     """MLflow's SQL store logs each failed statement at ERROR with a traceback; a writer names
     each outage in one warning line itself (and retries), so those records are dropped."""
@@ -120,6 +172,7 @@ def reason(err: Exception) -> str:
 
 
 __all__ = [
+    "Outage",
     "MAX_METRICS_PER_REQUEST",
     "PERMANENT_ERRORS",
     "find_or_create_run",

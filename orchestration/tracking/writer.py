@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.utils.atomic import write_atomic
-from orchestration.data.storage import is_out_of_space
 from orchestration.tracking.records import (
+    Outage,
     find_or_create_run,
     is_permanent,
     next_batch,
@@ -86,8 +86,7 @@ class RunWriter:
         self._unverified: set[str] = set()  # keys whose steps on the store must be read
         self._lock = threading.Condition()
         self._closed = False
-        self._outage_since: float | None = None
-        self._full_since: float | None = None  # when the store began answering "out of space"
+        self._outage = Outage(tracking_uri)
         quiet_store_tracebacks()
         self._thread = threading.Thread(target=self._deliver_forever, name="linc-run-writer")
         self._thread.daemon = True
@@ -201,7 +200,7 @@ class RunWriter:
             self._lock.notify_all()
             while self._pending or (self.run_id is None and self._create is not None):
                 left = deadline - time.monotonic()
-                if left <= 0 or self._full_for() > STORE_FULL_GIVE_UP_S:
+                if left <= 0 or self._outage.full_for() > STORE_FULL_GIVE_UP_S:
                     return False
                 self._lock.wait(min(left, 1.0))
         return True
@@ -213,7 +212,7 @@ class RunWriter:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        if not delivered and warn and self._full_since is not None:
+        if not delivered and warn and self._outage.full:
             logger.warning(
                 "tracking store %s is out of space: %d record(s) not delivered; free space "
                 "there and run the same command again (a trial resumes from its newest intact "
@@ -314,13 +313,13 @@ class RunWriter:
                     self._drop_first(err)
                     continue
                 failures += 1
-                self._note_outage(err)
+                self._outage.begin(err, self.pending())
                 with self._lock:
                     self._lock.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 6)))
                 continue
             failures = 0  # any answer resets the backoff
             if progressed:
-                self._note_recovery()
+                self._outage.end()
 
     def _work_waiting(self) -> bool:
         return bool(self._pending) or (self.run_id is None and self._create is not None)
@@ -382,37 +381,6 @@ class RunWriter:
             what,
             reason(err),
         )
-
-    def _full_for(self) -> float:
-        """Seconds the store has answered "out of space" without a success in between."""
-        return 0.0 if self._full_since is None else time.monotonic() - self._full_since
-
-    def _note_outage(self, err: Exception) -> None:
-        full = is_out_of_space(err)
-        if full and self._full_since is None:
-            self._full_since = time.monotonic()
-        elif not full:
-            self._full_since = None
-        if self._outage_since is None:
-            self._outage_since = time.monotonic()
-            logger.warning(
-                "tracking store %s %s (%s); training continues, %d record(s) kept "
-                "and replayed in order when it answers",
-                self.tracking_uri,
-                "is out of space" if full else "unreachable",
-                reason(err),
-                self.pending(),
-            )
-
-    def _note_recovery(self) -> None:
-        self._full_since = None
-        if self._outage_since is not None:
-            logger.warning(
-                "tracking store %s answers again after %.0f s",
-                self.tracking_uri,
-                time.monotonic() - self._outage_since,
-            )
-            self._outage_since = None
 
 
 def _describe(record: dict[str, Any]) -> str:
