@@ -13,4 +13,12 @@
 
 A trial's data walks one way: the driver resolves the sweep's config and its tracking target
 once and hands both down; each trial resolves its own plan once on its worker.
+
+Importing the package makes a local Ray bind to loopback
+(:func:`~orchestration.ray_session.prefer_loopback`): Ray reads that switch when it is first
+imported, and several rooms here import ``ray`` at module level, so it is set before any of them.
 """
+
+from orchestration.ray_session import prefer_loopback
+
+prefer_loopback()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK = "127.0.0.1"
 
 
 def prefer_loopback() -> None:
@@ -21,6 +22,19 @@ def prefer_loopback() -> None:
     """
     if not os.environ.get("RAY_ADDRESS"):
         os.environ.setdefault(LOOPBACK_SWITCH, "0")
+
+
+def _bind_loopback_even_if_imported_before() -> None:
+    """A workaround of Ray 2.60: it reads the loopback switch into a module constant at its
+    first import, so a process that imported ``ray`` before :func:`prefer_loopback` (a
+    notebook, a script) would start a local Ray listening on every interface. Ray reads the
+    constant at call time (``ray._private.services.get_node_ip_address``): set it for this
+    start, and the switch in the environment for the processes Ray starts (raylet, GCS,
+    dashboard agent, workers), which import ``ray`` afresh."""
+    from ray._private import ray_constants
+
+    os.environ[LOOPBACK_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def init_ray(
@@ -57,10 +71,12 @@ def init_ray(
     if address and address != "local":
         ray.init(address=address, **options)
     else:
+        _bind_loopback_even_if_imported_before()
         # address="local": a new Ray of this process (another program's `ray start` head
         # would otherwise be joined through its address file)
         ray.init(
             address="local",
+            _node_ip_address=LOOPBACK,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             include_dashboard=False,
@@ -69,4 +85,4 @@ def init_ray(
     return True
 
 
-__all__ = ["LOOPBACK_SWITCH", "init_ray", "prefer_loopback"]
+__all__ = ["LOOPBACK", "LOOPBACK_SWITCH", "init_ray", "prefer_loopback"]
