@@ -43,10 +43,14 @@ class ModelConfig:
         node_static_features: kNN statistics appended to the node inputs (``concat``) or added
             through a linear residual (``residual``, the CVRP reference).
         knn_k: neighbours for the kNN statistics (``min(k, n - 1)`` is used).
-        gated_attention: GateAttn (per-head gate on the attention output).
+        gated_attention: GateAttn (per-head gate on the attention output). Deviation: the
+            paper mixes ``(1 - lambda_gate) o + lambda_gate g o`` (appendix, GateAttn); the
+            reference fixes lambda_gate = 1 (fully gated, ``alpha_attn_gate``), and so do we.
         gate_mode: ``centered_sigmoid`` (``2 * sigmoid``) or ``sigmoid``.
         gate_init_bias: gate bias at initialisation (weight starts at 0).
-        depth_mixer: Depth Mixer over earlier layer outputs.
+        depth_mixer: Depth Mixer over earlier layer outputs. Deviation: the paper mixes the
+            normalised outputs ``sum_m omega_m Norm(v_m)``; the reference (and we) weight by
+            ``<Norm(v_m), q_l>`` but mix the raw outputs ``sum_m omega_m v_m``.
         z_dim: PolyNet z bits (0 = no z residual, as POMO).
         poly_hidden_dim: hidden width of the z residual MLP.
         scorer: ``baseline`` (``<h, E_j>``), ``linc`` (shared linear comparator) or ``mlp``
@@ -58,8 +62,12 @@ class ModelConfig:
         depot_row: after centring, the depot's row is ``centred`` (0 - mean, reference LINC)
             or ``zero`` (the centred-MLP ablation).
         summary: ``partial`` (r_t of the paper), ``full_mean`` (|F|/n and the mean of every
-            feature) or ``none`` (gamma = beta = 0, alpha = 1).
+            feature) or ``none`` (gamma = beta = 0, alpha = 1). Deviation: on an empty F the
+            paper's rho_t is 0; the reference floors |F| at 1 (rho = 1/n), and so do we (only
+            the depot is feasible then, so the policy is the same).
         scorer_hidden_dim: width of the summary MLP (LINC) or the candidate MLP (mlp scorer).
+            Deviation: the paper's MLP_gamma, MLP_beta and MLP_alpha (eq. 6) share one first
+            layer here, as in the reference: ``s = GELU(W_s [h; r_t])`` split in three.
         phi_bias: bias of the linear projection ``W_phi``.
     """
 

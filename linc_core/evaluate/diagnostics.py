@@ -39,9 +39,9 @@ from torch import Tensor
 from linc_core.decode.best_of_k import make_rows
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
+from linc_core.model.feasible_set import feasible_customers, feasible_stats, feature_major
 from linc_core.model.policy import LincPolicy
 from linc_core.model.sampling import greedy
-from linc_core.model.scorer import feasible_customers, feasible_stats, feature_major
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState
 from linc_core.problems.rollout import complete_rollouts, start_rollouts

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from linc_core.model.sampling import Pick
-from linc_core.model.scorer import prunes_rows
-from linc_core.model.types import Encoded, ScoringPolicy, StepInputs, Trajectory
+from linc_core.model.types import Encoded, ScoringPolicy, StepInputs, Trajectory, morph_scores
+from linc_core.problems.packing import first_where, prunes_rows
 from linc_core.problems.protocol import RolloutState, RoutingEnv
 
 
@@ -36,7 +36,7 @@ class PolicyChooser:
             feasible actions), packed per instance; the others take their one feasible action
             (probability 1: the same action and log-likelihood, about a third less model work
             on CVRPTW n=50). Off when every rollout's scores are wanted (the diagnostics).
-            None (default): on where it pays, on CPU (``linc_core.model.scorer.prunes_rows``).
+            None (default): on where it pays, on CPU (``linc_core.problems.packing.prunes_rows``).
     """
 
     def __init__(
@@ -101,7 +101,7 @@ class PolicyChooser:
                 base = frozen.step_scores(
                     self.env, state, self.morph_encoded.cache, self.morph_encoded.time_scale, z
                 )
-            scores = base + morph_lambda * (scores - base)
+            scores = morph_scores(base, scores, morph_lambda)
         return inputs, policy.log_probs(scores, state.mask), base
 
     def __call__(self, state: RolloutState, step: int) -> Tensor:
@@ -120,8 +120,7 @@ class PolicyChooser:
             if width > 0:
                 # Rollouts with a choice first; an instance with fewer pads with forced ones,
                 # which the choice rule also sends to their one action (log-prob 0).
-                positions = torch.argsort((~choice).to(torch.uint8), dim=1, stable=True)
-                positions = positions[:, :width]  # [B, K']
+                positions = first_where(choice, width)  # [B, K']
                 z = None
                 if self.z is not None:
                     z = self.z.gather(1, positions.unsqueeze(-1).expand(-1, -1, self.z.shape[-1]))

@@ -21,10 +21,11 @@ from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.decoder import Decoder, DecoderCache
 from linc_core.model.encoder import Encoder
+from linc_core.model.feasible_set import mask_offsets
 from linc_core.model.features import node_inputs
 from linc_core.model.replay import replay_log_likelihood
 from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys
-from linc_core.model.scorer import CandidateScorer, mask_offsets
+from linc_core.model.scorer import CandidateScorer
 from linc_core.model.types import Encoded, StepInputs, Trajectory
 from linc_core.problems import make_env
 from linc_core.problems.protocol import RolloutState, RoutingEnv

@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from linc_core.model.decoder import DecoderCache
-from linc_core.model.types import ScoringPolicy, Trajectory
+from linc_core.model.types import ScoringPolicy, Trajectory, morph_scores
+from linc_core.problems.packing import first_where
 from linc_core.problems.protocol import RolloutState
 
 
@@ -70,7 +71,7 @@ def pack_decisions(trajectory: Trajectory, weight: Tensor) -> PackedDecisions | 
         rollout_index = None
         row_weight = weight
     else:  # active rollouts first; padding rows (weight 0) after them
-        rollout_index = torch.argsort((~active).to(torch.uint8), dim=1, stable=True)[:, :r]
+        rollout_index = first_where(active, r)
         row_weight = weight.gather(1, rollout_index)
         rollout_rows = (rollout_index + torch.arange(b, device=device).unsqueeze(1) * k).flatten()
 
@@ -89,7 +90,7 @@ def pack_decisions(trajectory: Trajectory, weight: Tensor) -> PackedDecisions | 
     decision_weight = decision_weight * (masks.sum(-1) > 1).to(weight.dtype)
     contributing = decision_weight != 0
     m = max(int(contributing.sum(-1).max()), 1)
-    order = torch.argsort((~contributing).to(torch.uint8), dim=1, stable=True)[:, :m]
+    order = first_where(contributing, m)
     flat_order = (order + torch.arange(b, device=device).unsqueeze(1) * r * steps).flatten()
 
     def packed(values: list[Tensor] | Tensor) -> Tensor:
@@ -133,7 +134,7 @@ def _chunk_sums(
         scores = policy.scores(inputs, cache, z, trajectory.has_depot)
         if decisions.morph_base_scores is not None:
             base = decisions.morph_base_scores[:, start:stop]
-            scores = base + trajectory.morph_lambda * (scores - base)
+            scores = morph_scores(base, scores, trajectory.morph_lambda)
         log_probs = policy.log_probs(scores, state.mask)
         chosen = log_probs.gather(-1, decisions.action[:, start:stop, None]).squeeze(-1)
         yield (decisions.weight[:, start:stop] * chosen).sum()

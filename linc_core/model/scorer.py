@@ -15,130 +15,58 @@
 with the depot row set to 0.
 
 Every scorer returns raw scores u; the policy applies ``C * tanh(u / sqrt(d))`` and the mask.
+
+Two forms of one function. :meth:`CandidateScorer.paper_scores` is the paper's section 3.4
+written out line by line (each line cites its equation), for reading and for tests;
+:meth:`CandidateScorer.forward` is the fast form training and decoding run, whose rewrites are
+commented where they happen (the centring applied after the projection, ``1 + gamma`` as
+``2 sigmoid(2x)``, beta folded into the projection, rows without a choice left out). The two
+agree to 1e-10 in float64 for every scorer and variant (``tests/linc_core/model/test_scorer.py``).
+
+Symbols (paper eq. numbers) -> attributes here (the reference checkpoint's names, kept so its
+weights load unchanged):
+
+============================  ===============================================================
+paper                         here
+============================  ===============================================================
+h_t (decoder context)         ``context``, from ``linc_core.model.decoder.Decoder``
+k_{t,j} (candidate key)       ``embeddings[:, j]``: the encoder output E_j (single-head key)
+b_{t,j} = <h_t, k_{t,j}>      ``base`` (eq. 1 and 8)
+x_t(j) (eq. 4)                ``table[..., j, :]``, the environment's ``consequences``
+F_t, |F_t|                    ``feasible`` (mask without the depot), ``count``
+mu_t (eq. 2)                  ``means`` over F_t on the relative columns
+x_rel / x_abs                 ``centred_features`` / the other ``candidate_features``
+phi_t(j) (eq. 3)              ``phi``: the selected features, relative ones minus mu_t
+rho_t, r_t (eq. 5)            ``ratio``, ``step_summary`` (stats: ``config.summary_stats``)
+MLP_gamma/beta/alpha (eq. 6)  ``summary_input_proj`` (W_s, one first layer shared by the three,
+                              GELU) then ``summary_to_gamma`` / ``summary_to_beta`` /
+                              ``summary_to_alpha``
+gamma_t, beta_t, alpha_t      ``gamma``, ``beta``, ``alpha``
+h~_t (eq. 7)                  ``modulated``
+W_phi, its bias b_phi         ``full_phi_proj.weight``, ``full_phi_proj.bias`` (footnote 1)
+v_t = W_phi^T h~_t            ``comparator``
+u_{t,j} (eq. 8)               the returned scores
+MLP([h; phi]) (ablations)     ``mlp_hidden``, ``mlp_out``
+============================  ===============================================================
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
+from linc_core.model.feasible_set import (
+    FeasibleStats,
+    feasible_customers,
+    feasible_stats,
+    feasible_weight,
+    feature_major,
+    masked_means,
+    masked_minima,
+)
+from linc_core.problems.packing import choice_rows, scatter_rows
 from linc_core.problems.protocol import CONSEQUENCE_FEATURES
-
-
-def feature_major(table: Tensor) -> Tensor:
-    """``[B, K, N, F] -> [B, K, F, N]``, free when the environment built it feature-major."""
-    fm = table.transpose(-1, -2)
-    return fm if fm.is_contiguous() else fm.contiguous()
-
-
-def feasible_weight(
-    feasible: Tensor, dtype: torch.dtype, num_customers: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(``[B, K, N]`` 0/1 weights, ``[B, K, 1]`` |F|, ``[B, K]`` ratio ``max(|F|, 1) / n``).
-
-    |F| is floored at 1 in the ratio, as the reference does (rho = 1/n on an empty F, where the
-    paper's formula gives 0). Only the depot is feasible then, so the policy is the same either
-    way; the floor keeps our summaries equal to the reference's at every step.
-    """
-    weight = feasible.to(dtype)
-    count = weight.sum(-1, keepdim=True)
-    return weight, count, count.squeeze(-1).clamp_min(1.0) / max(num_customers, 1)
-
-
-def masked_means(fm: Tensor, weight: Tensor, count: Tensor) -> Tensor:
-    """``[B, K, F]`` means of feature-major rows ``[B, K, F, N]`` over F (0 when F is empty)."""
-    # Multiply-and-sum: a batched matmul over B x K tiny [F, N] x [N, 1] products is slower.
-    return (fm * weight.unsqueeze(-2)).sum(-1) / count.clamp_min(1.0)
-
-
-class FeasibleStats(NamedTuple):
-    """What a step's scorer needs about the feasible set F, computed once per step.
-
-    Attributes:
-        weight: ``[B, K, N]`` 0/1 weights of F.
-        count: ``[B, K, 1]`` |F|.
-        ratio: ``[B, K]`` ``max(|F|, 1) / n``.
-        means: ``[B, K, F]`` every table feature's mean over F (0 when F is empty).
-    """
-
-    weight: Tensor
-    count: Tensor
-    ratio: Tensor
-    means: Tensor
-
-
-def feasible_stats(fm: Tensor, feasible: Tensor, num_customers: int) -> FeasibleStats:
-    """``FeasibleStats`` of a feature-major table ``[B, K, F, N]`` and F ``[B, K, N]``."""
-    weight, count, ratio = feasible_weight(feasible, fm.dtype, num_customers)
-    return FeasibleStats(weight, count, ratio, masked_means(fm, weight, count))
-
-
-def mask_offsets(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """0 where ``mask`` is True (or 1), -inf where it is False (or 0), as ``dtype``.
-
-    ``(m - 1) * max * 2`` is exactly 0 for m = 1 and overflows to -inf for m = 0 (``0 * inf``
-    would give nan); these elementwise passes cost less than one boolean masked fill on CPU.
-    """
-    return (mask.to(dtype) - 1.0).mul_(torch.finfo(dtype).max).mul_(2.0)
-
-
-def masked_minima(rows: Tensor, weight: Tensor, count: Tensor) -> Tensor:
-    """``[B, K]`` minimum over F of one feature row ``[B, K, N]`` (0 when F is empty).
-
-    Rows outside F are lifted to inf by subtracting ``mask_offsets`` (exact on F, where it
-    subtracts 0). Like ``masked_means`` (where ``nan * 0`` is nan) it needs a finite table,
-    which the environments guarantee.
-
-    Args:
-        weight: ``[B, K, N]`` 0/1 weights of F. count: ``[B, K, 1]`` |F|.
-    """
-    minimum = (rows - mask_offsets(weight, rows.dtype)).amin(-1)
-    return torch.where(count.squeeze(-1) > 0, minimum, torch.zeros_like(minimum))
-
-
-def prunes_rows(device: torch.device) -> bool:
-    """Whether leaving out the rollouts without a choice pays on ``device``.
-
-    On CPU, computing fewer rows saves their time. On CUDA, the number of rows left is read on
-    the host before the work can be sized, a host-device synchronisation at every decision
-    that costs more than the rows it saves (the GPU works on all rows at once), so every row
-    is computed there.
-    """
-    return device.type == "cpu"
-
-
-def choice_rows(feasible_count: Tensor) -> Tensor | None:
-    """Flat indices of the rollouts with at least two feasible actions, or None when working on
-    every rollout is cheaper than selecting them (at least 3 in 4 have a choice, or a device
-    where selecting does not pay: ``prunes_rows``).
-
-    Args:
-        feasible_count: ``[B, K]`` feasible actions per rollout (depot included).
-    """
-    if not prunes_rows(feasible_count.device):
-        return None
-    has_choice = (feasible_count > 1).flatten()
-    if 4 * int(has_choice.sum()) >= 3 * has_choice.numel():
-        return None
-    return has_choice.nonzero().squeeze(1)
-
-
-def scatter_rows(values: Tensor, rows: Tensor, total: int, fill: float) -> Tensor:
-    """``[R, C]`` values into rows ``rows`` of a ``[total, C]`` tensor filled with ``fill``."""
-    out = values.new_full((total, values.shape[-1]), fill)
-    return out.index_copy(0, rows, values)
-
-
-def feasible_customers(mask: Tensor, has_depot: bool) -> Tensor:
-    """``[B, K, N]`` the feasible set F: the mask with the depot column cleared."""
-    if not has_depot:
-        return mask
-    feasible = mask.clone()
-    feasible[..., 0] = False
-    return feasible
 
 
 class CandidateScorer(nn.Module):
@@ -215,7 +143,67 @@ class CandidateScorer(nn.Module):
         local = (phi * comparator.unsqueeze(-1)).sum(-2)  # [B, K, N]
         # Centring moves every candidate by the same amount: one offset per rollout.
         local.add_(offset - (shift * comparator).sum(-1, keepdim=True))
-        return local if alpha is None else torch.addcmul(local, alpha, base)
+        # Without a summary alpha = 1: the base logit enters whole (reference section 5,
+        # no_step_summary: u = <h, E_j> + <h, W_phi phi_j + b_phi>).
+        return local.add_(base) if alpha is None else torch.addcmul(local, alpha, base)
+
+    def paper_scores(
+        self,
+        context: Tensor,
+        embeddings: Tensor,
+        table: Tensor | None,
+        mask: Tensor,
+        has_depot: bool,
+    ) -> Tensor:
+        """The scores of :meth:`forward`, computed as the paper writes them (section 3.4).
+
+        Slow and plain: for reading and for the tests that hold the fast form to it. Same
+        arguments and result as :meth:`forward` (``[B, K, N]``), except that rollouts with one
+        feasible action are scored like the others (the fast form gives them neutral
+        modulation on CPU; their one action has probability 1 either way).
+        """
+        h = context  # [B, K, D]
+        base = h @ embeddings.transpose(1, 2)  # b_{t,j} = <h_t, k_{t,j}>, [B, K, N]
+        if self.kind == "baseline":
+            return base
+        x = table.to(h.dtype).index_select(-1, self.feature_index)  # x_t(j), eq. 4: [B, K, N, P]
+        in_f = feasible_customers(mask, has_depot).to(h.dtype).unsqueeze(-1)  # F_t: [B, K, N, 1]
+        count = in_f.sum(-2)  # |F_t|: [B, K, 1]
+        mu = (x * in_f).sum(-2) / count.clamp_min(1.0)  # eq. 2 (0 on an empty F_t): [B, K, P]
+        relative = self.centred_columns.to(h.dtype)  # 1 on x_rel, 0 on x_abs
+        phi = x - (mu * relative).unsqueeze(-2)  # eq. 3; the depot's zero row becomes -mu_t
+        if self.zero_depot_row and has_depot:  # the centred-MLP ablation
+            phi = torch.cat([torch.zeros_like(phi[:, :, :1]), phi[:, :, 1:]], dim=2)
+        if self.kind == "mlp":  # u = b + MLP([h_t; phi_t(j)]) (the ablations, section 5)
+            pairs = torch.cat([h.unsqueeze(2).expand(*phi.shape[:3], -1), phi], dim=-1)
+            hidden = nn.functional.gelu(self.mlp_hidden(pairs))
+            return base + self.mlp_out(hidden).squeeze(-1)
+        if self.summary_mode == "none":  # gamma = beta = 0, alpha = 1
+            modulated, alpha = h, torch.ones_like(h[..., :1])
+        else:
+            # r_t, eq. 5: rho_t then each statistic over F_t (0 on an empty F_t). rho_t floors
+            # |F_t| at 1 as the reference does (``feasible_weight``).
+            rho = count.clamp_min(1.0) / (mask.shape[-1] - int(has_depot))
+            r = [rho]
+            for stat, column in self.summary_columns:
+                values = table[..., column].to(h.dtype).unsqueeze(-1)  # [B, K, N, 1]
+                if stat == "mean":
+                    r.append((values * in_f).sum(-2) / count.clamp_min(1.0))
+                else:
+                    lowest = values.masked_fill(in_f == 0, float("inf")).amin(-2)
+                    r.append(torch.where(count > 0, lowest, torch.zeros_like(lowest)))
+            r = torch.cat(r, dim=-1)  # [B, K, 1 + S]
+            s = nn.functional.gelu(self.summary_input_proj(torch.cat([h, r], dim=-1)))
+            s_gamma, s_beta, s_alpha = s.chunk(3, dim=-1)
+            gamma = torch.tanh(self.summary_to_gamma(s_gamma))  # eq. 6
+            beta = self.summary_to_beta(s_beta)  # eq. 6
+            alpha = torch.sigmoid(self.summary_to_alpha(s_alpha))  # eq. 6
+            modulated = h * (1 + gamma) + beta  # h~_t, eq. 7
+        comparator = modulated @ self.full_phi_proj.weight  # v_t = W_phi^T h~_t: [B, K, P]
+        local = (phi @ comparator.unsqueeze(-1)).squeeze(-1)  # v_t^T phi_t(j): [B, K, N]
+        if self.full_phi_proj.bias is not None:  # <h~_t, b_phi>, footnote 1
+            local = local + (modulated @ self.full_phi_proj.bias).unsqueeze(-1)
+        return alpha * base + local  # eq. 8
 
     def _mlp_scores(self, context: Tensor, table: Tensor, mask: Tensor, has_depot: bool) -> Tensor:
         """``MLP([h; phi_j])`` ``[B, K, N]`` of the mlp scorers.

@@ -110,4 +110,11 @@ class ScoringPolicy(Protocol):
     def log_probs(self, scores: Tensor, mask: Tensor) -> Tensor: ...
 
 
-__all__ = ["Encoded", "ScoringPolicy", "StepInputs", "Trajectory"]
+def morph_scores(base: Tensor, scores: Tensor, morph_lambda: float) -> Tensor:
+    """Score morphing (paper eq. 10): ``u_ref + lambda (u - u_ref)``, ``base`` = u_ref, the
+    frozen reference policy's scores of the same states; the one form the choice rule
+    (``decisions``) and the training replay (``replay``) use."""
+    return base + morph_lambda * (scores - base)
+
+
+__all__ = ["Encoded", "ScoringPolicy", "StepInputs", "Trajectory", "morph_scores"]

@@ -40,15 +40,15 @@ from linc_core.model import (
     row_seeds,
     sample_z,
 )
-from linc_core.model.features import node_inputs
-from linc_core.model.sampling import sample_with_uniforms
-from linc_core.model.scorer import (
-    CandidateScorer,
+from linc_core.model.feasible_set import (
     feasible_customers,
     feasible_weight,
     mask_offsets,
     masked_minima,
 )
+from linc_core.model.features import node_inputs
+from linc_core.model.sampling import sample_with_uniforms
+from linc_core.model.scorer import CandidateScorer
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs
 from linc_core.problems import (
     CONSEQUENCE_FEATURES,
