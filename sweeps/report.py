@@ -65,7 +65,8 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _register(tracking_uri: str, run_id: str, name: str) -> int:
-    """``linc-report register``: the run's policy as ``models:/NAME/VERSION``."""
+    """``linc-report register``: the run's policy as ``models:/NAME/VERSION``; one line and 2
+    when it cannot be (no such run, no checkpoint tag, a checkpoint refused)."""
     from mlflow.exceptions import MlflowException
 
     from orchestration.tracking.registry import register_run
@@ -73,8 +74,8 @@ def _register(tracking_uri: str, run_id: str, name: str) -> int:
 
     try:
         version = register_run(TrackingTarget(tracking_uri, "linc"), run_id, name)
-    except (LookupError, MlflowException) as err:
-        print(f"linc-report: register: {' '.join(str(err).split())[:300]}", file=sys.stderr)
+    except (LookupError, ValueError, MlflowException) as err:  # ValueError: CheckpointError
+        print(f"linc-report: register: {' '.join(str(err).split())[:600]}", file=sys.stderr)
         return 2
     print(f"registered run {run_id}'s policy as models:/{name}/{version}")
     return 0

@@ -67,8 +67,10 @@ class CommandLineError(Exception):
 
 
 def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:
-    """The policy of ``--checkpoint`` on ``--device``, or a one-line :class:`CommandLineError`."""
+    """The policy of ``--checkpoint`` on ``--device``, or a one-line :class:`CommandLineError`
+    (a file holding anything but tensors and plain data is refused unrun)."""
     from linc_core.train.loop import policy_from_checkpoint
+    from linc_core.utils.tensor_file import CheckpointError
 
     path: Path = args.checkpoint
     if not path.exists():
@@ -77,7 +79,11 @@ def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:
         raise CommandLineError(f"--checkpoint {path}: a folder; give the checkpoint file (.pt)")
     try:
         return policy_from_checkpoint(path, args.device)
-    except Exception as err:  # torch.load of a foreign file raises about anything
+    except CheckpointError as err:  # names the file itself: say it once
+        reason = " ".join(str(err).split()).removeprefix(f"checkpoint {path}: ")
+        message = f"--checkpoint {path}: not a readable linc checkpoint ({reason})"
+        raise CommandLineError(message) from None
+    except Exception as err:  # a config the checkpoint holds, a state dict that does not fit
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         message = f"--checkpoint {path}: not a readable linc checkpoint ({reason})"
         raise CommandLineError(message) from None

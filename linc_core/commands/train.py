@@ -44,6 +44,7 @@ from linc_core.train.loop import (
     warm_start,
 )
 from linc_core.utils.runtime import tune_cpu_allocator
+from linc_core.utils.tensor_file import CheckpointError
 from linc_core.utils.typed import literal_values
 
 # Flags that set a TrainConfig field when given (they win over the protocol's value).
@@ -134,6 +135,14 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _train(argv)
+    except CheckpointError as err:  # --resume, --warm-start or --morph-from: one line, unrun
+        print(f"linc-train: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+
+
+def _train(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

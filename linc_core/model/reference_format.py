@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
 from linc_core.model.features import node_input_dim
+from linc_core.utils.tensor_file import CheckpointError, load_tensor_file
 
 _RENAMES: tuple[tuple[str, str], ...] = (
     (r"^encoder\.static_residual_proj\.", "encoder.static_residual."),
@@ -211,12 +212,22 @@ def load_reference_checkpoint(
     """Build a ``LincPolicy`` from a reference trainer checkpoint (``model_params`` and
     ``model_state_dict``) or from a bare reference state dict plus the reference defaults.
 
+    The file is read as tensors and plain data only, as linc's own checkpoints are
+    (:func:`linc_core.utils.tensor_file.load_tensor_file`): nothing in it runs.
+
     Returns:
         (policy, its ModelConfig, the raw checkpoint dict).
+
+    Raises:
+        CheckpointError: the file holds anything but tensors and plain data, is no torch file,
+            or holds no state dict (names the file).
     """
     from linc_core.model.policy import LincPolicy
 
-    payload = torch.load(path, map_location=map_location, weights_only=False)
+    payload = load_tensor_file(path, map_location)
+    if not isinstance(payload, Mapping):
+        kind = type(payload).__name__
+        raise CheckpointError(f"checkpoint {path}: holds a {kind}, not a reference state dict")
     if "model_state_dict" in payload:
         params = payload.get("model_params", {})
         state = payload["model_state_dict"]

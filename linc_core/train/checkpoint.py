@@ -7,10 +7,16 @@ to a temporary name in the same folder and renamed, so a crash never leaves a to
 
 Beside each checkpoint ``NAME`` a small manifest ``NAME.json`` (written last) records the file's
 size, its SHA-256 and its position in training. A copy that lost bytes on the way (a full disk,
-an interrupted upload or download) is caught before ``torch.load`` sees it:
+an interrupted upload or download) is caught before it is read:
 :func:`verify_checkpoint` and :func:`load_checkpoint` raise :class:`CheckpointError` naming the
 file and saying whether it is truncated or corrupt. A checkpoint without a manifest (written by
 an older linc) loads unverified.
+
+A manifest proves a copy whole, not harmless: whoever writes a checkpoint writes its manifest.
+What keeps a checkpoint from running code is how it is read: tensors and plain data only
+(:func:`linc_core.utils.tensor_file.load_tensor_file`, torch's weights-only unpickler); a file
+holding anything else is refused unrun. :func:`save_checkpoint` writes nothing it could not
+read back (:func:`~linc_core.utils.tensor_file.check_plain`).
 """
 
 from __future__ import annotations
@@ -28,16 +34,13 @@ import torch
 from linc_core import __version__
 from linc_core.config import ModelConfig, TrainConfig, to_dict
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
 from linc_core.utils.typed import build
 
 FORMAT_VERSION = 1
 CHECKPOINT_NAME = "latest.pt"  # what fit writes into its checkpoint folder
 MANIFEST_SUFFIX = ".json"
 _CHUNK = 1 << 20
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: truncated, corrupt or unreadable (names the file)."""
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -60,7 +63,13 @@ def manifest_path(path: str | os.PathLike[str]) -> Path:
 
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
     """Atomically write ``payload`` (temp file in the same folder, fsync, then rename), then its
-    manifest (size, SHA-256, position in training) beside it, also atomically."""
+    manifest (size, SHA-256, position in training) beside it, also atomically.
+
+    Raises:
+        TypeError: ``payload`` holds something other than tensors and plain data (named), which
+            :func:`load_checkpoint` would refuse to read back.
+    """
+    check_plain(payload, "checkpoint")
     path = Path(write_atomic(path, writer=lambda out: torch.save(payload, out), fsync=True))
     manifest = {
         "bytes": path.stat().st_size,
@@ -168,23 +177,25 @@ def load_checkpoint(
     *,
     name: str | None = None,
 ) -> dict[str, Any]:
-    """Verify and read a checkpoint and rebuild its configs (``model_config``/``train_config``).
+    """Verify and read a checkpoint (tensors and plain data only: nothing in it runs) and
+    rebuild its configs (``model_config``/``train_config``).
 
     Raises:
-        CheckpointError: the file fails :func:`verify_checkpoint` or ``torch.load`` (named as
-            ``name``, default ``path``).
+        CheckpointError: the file fails :func:`verify_checkpoint`, holds anything but tensors
+            and plain data, is no torch file, or is no linc checkpoint of this format version
+            (named as ``name``, default ``path``).
     """
+    name = name or str(path)
     verify_checkpoint(path, name=name)
-    try:
-        payload = torch.load(Path(path), map_location=map_location, weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as err:
-        reason = " ".join(str(err).split())[:200]
+    payload = load_tensor_file(path, map_location, name=name)
+    if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(
-            f"checkpoint {name or path}: unreadable, truncated or corrupt ({reason})"
-        ) from None
-    if payload.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: field 'format_version' = {payload.get('format_version')!r}: "
+            f"checkpoint {name}: not a linc checkpoint (no 'format_version'; a reference "
+            "checkpoint loads with linc_core.model.reference_format.load_reference_checkpoint)"
+        )
+    if payload["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{name}: field 'format_version' = {payload['format_version']!r}: "
             f"this linc reads version {FORMAT_VERSION}"
         )
     train = dict(payload["train_config"])

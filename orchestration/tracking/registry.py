@@ -12,28 +12,47 @@ and ``linc_core`` as its code, so that
 returns verified routes, and ``mlflow models serve -m models:/NAME/VERSION --env-manager local
 -h 127.0.0.1`` answers a POST of an instance. The version is tagged with the sweep, variant,
 seed, trial run and evaluation.
+
+A run's ``checkpoint`` tag is a tag: whoever can write to the store can point it anywhere. A
+checkpoint is registered only when it lies under its sweep's own storage (the
+``resources.storage`` param the sweep driver logged on the trial's parent run: params, unlike
+tags, cannot be changed once logged), compared by scheme, bucket and normalised path (``..``
+resolved, symlinks followed, userinfo and query ignored, so a masked password does not matter);
+when it has a manifest it matches; and when it reads as a linc checkpoint of tensors and plain
+data (:func:`~linc_core.train.checkpoint.load_checkpoint`). The copy so checked is the one
+logged. Anything else is refused with one :class:`CheckpointError` line, and nothing is logged.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import linc_core
-from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, manifest_path
+from linc_core.train.checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    copy_checkpoint,
+    load_checkpoint,
+    manifest_path,
+    read_manifest,
+)
 from orchestration.data.storage import open_filesystem
-from orchestration.tracking.store import follow_moved_store
+from orchestration.tracking.store import PARENT_RUN_TAG, follow_moved_store
 from orchestration.tracking.target import TrackingTarget
 
 logger = logging.getLogger(__name__)
 
 MODEL_NAME = "policy"  # the logged model's name under its run
+STORAGE_PARAM = "resources.storage"  # the sweep's Tune storage, on its parent run
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
 
 
@@ -94,15 +113,87 @@ def _store(tracking_uri: str) -> Iterator[None]:
 
 
 def _local_checkpoint(uri: str, folder: Path) -> Path:
-    """The checkpoint (and its manifest) at ``uri`` (a path or ``s3://...``) in ``folder``."""
+    """The checkpoint (and its manifest, when it has one) at ``uri`` (a path or ``s3://...``)
+    in ``folder``."""
     target = folder / CHECKPOINT_NAME
     if "://" not in uri:
         return copy_checkpoint(uri, target)
     filesystem, path = open_filesystem(uri)
-    for source, destination in ((path, target), (str(manifest_path(path)), manifest_path(target))):
-        with filesystem.open_input_stream(source) as stream:
-            destination.write_bytes(stream.read())
+    with filesystem.open_input_stream(path) as stream:
+        target.write_bytes(stream.read())
+    try:
+        with filesystem.open_input_stream(str(manifest_path(path))) as stream:
+            manifest_path(target).write_bytes(stream.read())
+    except FileNotFoundError:
+        pass  # refused by the caller, which names it
     return target
+
+
+def _place(uri: str) -> tuple[str, str]:
+    """(scheme and bucket, normalised absolute path) of a local path or a URI: ``..``
+    resolved, local symlinks followed, userinfo and query left out."""
+    if "://" not in uri or uri.startswith("file://"):
+        local = uri.removeprefix("file://")
+        return "file", os.path.realpath(os.path.expanduser(local))
+    parts = urlsplit(uri)
+    bucket = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{bucket}", posixpath.normpath("/" + parts.path.lstrip("/"))
+
+
+def checkpoint_in_storage(checkpoint: str, storage: str) -> str:
+    """``checkpoint`` (a path or URI) normalised (see :func:`_place`), when it lies under the
+    folder or URI ``storage``.
+
+    Raises:
+        CheckpointError: it lies elsewhere (another bucket or scheme, or a ``..`` leading out).
+    """
+    where, path = _place(checkpoint)
+    root_where, root = _place(storage)
+    if where != root_where or not path.startswith(root.rstrip("/") + "/"):
+        raise CheckpointError(
+            f"checkpoint {checkpoint}: outside its sweep's storage {storage}; refused for "
+            "registration"
+        )
+    if where == "file":
+        return path
+    parts = urlsplit(checkpoint)
+    return f"{parts.scheme}://{parts.netloc}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def _sweep_storage(client: Any, run: Any) -> str:
+    """The Tune storage of ``run``'s sweep: its parent run's ``resources.storage`` param."""
+    run_id = run.info.run_id
+    parent_id = run.data.tags.get(PARENT_RUN_TAG)
+    parent = client.get_run(parent_id) if parent_id else None
+    storage = parent.data.params.get(STORAGE_PARAM) if parent is not None else None
+    if not storage:
+        raise CheckpointError(
+            f"run {run_id}: its parent run records no sweep storage ('{STORAGE_PARAM}'), so its "
+            "checkpoint cannot be checked; only trial runs of a linc sweep are registered"
+        )
+    return storage
+
+
+def _checked_copy(checkpoint: str, storage: str, folder: Path) -> Path:
+    """A local copy of ``checkpoint`` in ``folder`` that lies under ``storage``, matches its
+    manifest and reads as a linc checkpoint of tensors and plain data.
+
+    Raises:
+        CheckpointError: any of these fails (one line naming the checkpoint).
+    """
+    source = checkpoint_in_storage(checkpoint, storage)
+    try:
+        path = _local_checkpoint(source, folder)
+    except OSError as err:
+        why = err.strerror or " ".join(str(err).split())[:200]
+        raise CheckpointError(f"checkpoint {checkpoint}: cannot be read ({why})") from None
+    if read_manifest(path) is None:
+        raise CheckpointError(
+            f"checkpoint {checkpoint}: no manifest ({manifest_path(checkpoint).name}) beside it; "
+            "refused for registration (a checkpoint of linc's sweeps always has one)"
+        )
+    load_checkpoint(path, name=checkpoint)  # verified against the manifest, read unrun
+    return path
 
 
 def register_run(
@@ -114,6 +205,9 @@ def register_run(
     Raises:
         LookupError: the run has no ``checkpoint`` tag, which linc's sweep driver puts on each
             trial run when the sweep ends (the message says what to do).
+        CheckpointError: the checkpoint lies outside its sweep's storage, has no manifest or
+            does not match it, or is no linc checkpoint of tensors and plain data (see the
+            module docstring); nothing is logged.
     """
     import mlflow
 
@@ -143,7 +237,7 @@ def register_run(
         if metric in run.data.metrics:
             described[metric] = f"{run.data.metrics[metric]:.4f}"
     with tempfile.TemporaryDirectory(prefix="linc-register-") as folder:
-        path = _local_checkpoint(checkpoint, Path(folder))
+        path = _checked_copy(checkpoint, _sweep_storage(client, run), Path(folder))
         with _store(tracking.uri), mlflow.start_run(run_id=run_id), warnings.catch_warnings():
             # the signature is given; MLflow's notes about type hints and an input example
             # (it would run the policy while logging) are not the user's business
@@ -182,7 +276,7 @@ def register_best(
         best = min(runs, key=lambda r: r.data.metrics["eval_cost"])
         version = register_run(tracking, best.info.run_id, name, {"chosen": "lowest eval_cost"})
     except Exception as err:  # noqa: BLE001 - a registry failure must not fail a sweep
-        reason = " ".join(str(err).split())[:200]
+        reason = " ".join(str(err).split())[:500]  # a refused checkpoint names two paths
         logger.warning(
             "sweep %s: its best policy was not registered as %s (%s); register it with: "
             "linc-report register --tracking-uri %s --run RUN_ID --name %s",
@@ -206,4 +300,4 @@ def _requirements() -> list[str]:
     ]
 
 
-__all__ = ["MODEL_NAME", "register_best", "register_run", "signature"]
+__all__ = ["MODEL_NAME", "checkpoint_in_storage", "register_best", "register_run", "signature"]

@@ -5,8 +5,10 @@ Tune hands a restarted trial the checkpoint its experiment state last recorded, 
 older than the newest one on storage (the state is snapshotted now and then; a driver stopped or
 killed between a report and the snapshot), and it hands it unverified. Here a trial instead lists
 its own folder on the storage (local or S3) and takes the newest checkpoint by training position
-(``global_step`` in the checkpoint's manifest) that passes verification, warning about each one
-that does not (truncated, corrupt) with its storage path. Tune keeps the last two
+(``global_step`` in the checkpoint's manifest) that passes verification and reads as tensors and
+plain data (:func:`~linc_core.train.checkpoint.load_checkpoint`: a file replaced on storage by
+one that would run code is refused unrun, whatever its manifest says), warning about each one
+that does not (truncated, corrupt, foreign) with its storage path. Tune keeps the last two
 (``CheckpointConfig(num_to_keep=2)``), so one bad checkpoint costs at most an epoch; with none
 intact the trial starts again from scratch, with a warning, instead of failing every retry the
 same way.
@@ -30,7 +32,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from linc_core.train.checkpoint import CHECKPOINT_NAME as CHECKPOINT_FILE
-from linc_core.train.checkpoint import MANIFEST_SUFFIX, CheckpointError, verify_checkpoint
+from linc_core.train.checkpoint import MANIFEST_SUFFIX, load_checkpoint
 from linc_core.utils.atomic import write_atomic
 
 logger = logging.getLogger(__name__)
@@ -95,8 +97,10 @@ def restore_newest_intact(storage: TrialStorage, work_dir: Path) -> Restored:
                 source_filesystem=storage.filesystem,
                 destination_filesystem=pafs.LocalFileSystem(),
             )
-            verify_checkpoint(local / CHECKPOINT_FILE, name=storage.uri(name, CHECKPOINT_FILE))
-        except (CheckpointError, OSError) as err:
+            # verified and read (tensors and plain data only): a file replaced on storage by a
+            # foreign one is skipped like a corrupt one instead of failing every retry
+            load_checkpoint(local / CHECKPOINT_FILE, name=storage.uri(name, CHECKPOINT_FILE))
+        except (ValueError, OSError) as err:  # CheckpointError, or configs it cannot hold
             logger.warning("skipping a checkpoint that cannot be used: %s", err)
             shutil.rmtree(local, ignore_errors=True)
             continue
