@@ -89,6 +89,21 @@ def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def _manifest(path: Path, kind: str) -> dict:
+    """The one document of ``kind`` in a multi-document manifest (a cluster and its policies)."""
+    (found,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == kind]
+    return found
+
+
+def _with_cluster_label(spec: dict, value: str) -> dict:
+    """A RayCluster spec whose Pods' ``linc.io/ray-cluster`` label (what its NetworkPolicies
+    select) is ``value``: the RayJob's cluster and the RayCluster differ in that label only."""
+    spec = copy.deepcopy(spec)
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group["template"]["metadata"]["labels"]["linc.io/ray-cluster"] = value
+    return spec
+
+
 def _containers(cluster_spec: dict) -> list[dict]:
     groups = [cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]]
     return [c for g in groups for c in g["template"]["spec"]["containers"]]
@@ -106,6 +121,7 @@ def _image() -> str:
 def test_every_yaml_under_infra_parses_into_mappings():
     files = sorted(p for p in INFRA.rglob("*") if p.suffix in {".yaml", ".yml"})
     expected = {CLUSTER_YAML, RAYCLUSTER_YAML, RAYJOB_YAML, MLFLOW_COMPOSE, MLFLOW_K8S}
+    expected.add(INFRA / "aws" / "security-groups.yaml")
     assert expected <= set(files)
     for path in files:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
@@ -132,7 +148,7 @@ def test_cluster_launcher_config_passes_rays_own_validation():
     assert all("IamInstanceProfile" in t["node_config"] for t in types.values())
     assert 0 < config["idle_timeout_minutes"] <= 10
     run_options = " ".join(config["docker"]["run_options"])
-    assert "MLFLOW_TRACKING_URI=http" in run_options and "RAY_AUTH_MODE=token" in run_options
+    assert "MLFLOW_TRACKING_URI=https://" in run_options and "RAY_AUTH_MODE=token" in run_options
     # The secrets come from Secrets Manager at start, sourced for every launcher command.
     setup = " ".join(config["head_setup_commands"] + config["worker_setup_commands"])
     assert "secretsmanager" in setup and "~/.bashrc" in setup
@@ -155,13 +171,17 @@ def test_kuberay_manifests_carry_what_kuberay_and_the_autoscaler_read():
         _derive_autoscaling_config_from_ray_cr,
     )
 
-    raycluster, rayjob = _load(RAYCLUSTER_YAML), _load(RAYJOB_YAML)
+    raycluster = _manifest(RAYCLUSTER_YAML, "RayCluster")
+    rayjob = _manifest(RAYJOB_YAML, "RayJob")
     assert (raycluster["apiVersion"], raycluster["kind"]) == ("ray.io/v1", "RayCluster")
     assert (rayjob["apiVersion"], rayjob["kind"]) == ("ray.io/v1", "RayJob")
     assert "sweeps.ablation" in rayjob["spec"]["entrypoint"].split()
     assert rayjob["spec"]["shutdownAfterJobFinishes"] is True
-    # The RayJob's cluster is the RayCluster's spec, so the checks below cover both.
-    assert rayjob["spec"]["rayClusterSpec"] == raycluster["spec"]
+    # The RayJob's cluster is the RayCluster's spec (but for the label its policies select), so
+    # the checks below cover both.
+    assert rayjob["spec"]["rayClusterSpec"] == _with_cluster_label(
+        raycluster["spec"], "linc-ablation"
+    )
 
     spec = raycluster["spec"]
     assert spec["rayVersion"] == _pinned("ray")
@@ -193,7 +213,7 @@ def test_kuberay_manifests_carry_what_kuberay_and_the_autoscaler_read():
     # Trials find the tracking server through the environment; its password through a Secret.
     for container in _containers(spec):
         env = {e["name"]: e for e in container["env"]}
-        assert env["MLFLOW_TRACKING_URI"]["value"].startswith("http://mlflow.")
+        assert env["MLFLOW_TRACKING_URI"]["value"].startswith("https://mlflow.")
         assert "secretKeyRef" in env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]
 
 
@@ -216,6 +236,7 @@ def test_no_secret_is_written_in_infra():
     text = "\n".join(p.read_text() for p in INFRA.rglob("*") if p.is_file())
     assert not re.search(r"AKIA[0-9A-Z]{16}", text)  # AWS access key ids
     assert "AWS_SECRET_ACCESS_KEY" not in text and "AWS_ACCESS_KEY_ID" not in text
+    assert "PRIVATE KEY-----" not in text  # TLS keys are mounted, never committed
 
     compose = _load(MLFLOW_COMPOSE)
     for service in compose["services"].values():
@@ -223,12 +244,16 @@ def test_no_secret_is_written_in_infra():
             if SECRET_NAME.search(key) or "postgresql://" in str(value):
                 assert "${" in str(value), f"{key} must come from the environment"
 
-    manifests = [*yaml.safe_load_all(MLFLOW_K8S.read_text()), _load(RAYCLUSTER_YAML)]
+    manifests = [
+        *yaml.safe_load_all(MLFLOW_K8S.read_text()),
+        *yaml.safe_load_all(RAYCLUSTER_YAML.read_text()),
+        *yaml.safe_load_all(RAYJOB_YAML.read_text()),
+    ]
     assert all(m["kind"] != "Secret" for m in manifests)
     containers = [
-        *_containers(_load(RAYCLUSTER_YAML)["spec"]),
-        *_containers(_load(RAYJOB_YAML)["spec"]["rayClusterSpec"]),
-        *manifests[1]["spec"]["template"]["spec"]["containers"],
+        *_containers(_manifest(RAYCLUSTER_YAML, "RayCluster")["spec"]),
+        *_containers(_manifest(RAYJOB_YAML, "RayJob")["spec"]["rayClusterSpec"]),
+        *_manifest(MLFLOW_K8S, "Deployment")["spec"]["template"]["spec"]["containers"],
     ]
     for container in containers:
         for entry in container.get("env", []):
