@@ -21,10 +21,16 @@ def print_mlflow_ui(
     tracking_uri: str, parent_run_id: str | None = None, registered: str | None = None
 ) -> None:
     """How to browse the runs (the UI binds to loopback, like every server linc starts), and
-    how to load the sweep's registered policy (``registered``: ``NAME/VERSION``)."""
+    how to load the sweep's registered policy (``registered``: ``NAME/VERSION``). A password
+    in the store's URI is masked (``***``); a server's link carries no user at all (the
+    browser asks)."""
+    import re
+
+    from linc_core.utils.secrets import redact
     from orchestration.tracking.store import runs_view_url
 
     server = tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
+    shown = redact(tracking_uri)
     experiment_id = None
     if parent_run_id:
         print(f"MLflow parent run {parent_run_id}; browse the runs with:")
@@ -38,12 +44,12 @@ def print_mlflow_ui(
     else:
         print("Browse the runs with:")
     if server is None:
-        print(
-            f"  .venv/bin/mlflow ui --app-name linc --backend-store-uri {tracking_uri} "
-            "--host 127.0.0.1"
-        )
+        print(f"  .venv/bin/mlflow ui --app-name linc --backend-store-uri {shown} --host 127.0.0.1")
+        if shown != tracking_uri:
+            print("  (*** stands for the store's password, masked here)")
     if experiment_id is not None:
-        print(f"  then open {runs_view_url(server or 'http://127.0.0.1:5000', experiment_id)}")
+        address = re.sub(r"//[^/@]*@", "//", server, count=1) if server else None
+        print(f"  then open {runs_view_url(address or 'http://127.0.0.1:5000', experiment_id)}")
     if registered is not None:
         print(f"The best policy is registered: mlflow.pyfunc.load_model('models:/{registered}')")
 
@@ -52,6 +58,8 @@ def _show(what: str, package: str | None, overrides: Sequence[str], config_name:
     """``--cfg job``: the composed config; ``--cfg plan``: the platform run's effective plan;
     ``--package KEY``: only that part of it."""
     from omegaconf import OmegaConf
+
+    from linc_core.utils.secrets import redact
 
     if what == "job":
         values: Any = compose_mapping(overrides, config_name)
@@ -65,6 +73,7 @@ def _show(what: str, package: str | None, overrides: Sequence[str], config_name:
         if part not in known:
             raise ConfigError(f"--package {package}: no {part!r}{did_you_mean(part, known)}")
         values = values[part]
+    values = redact(values)  # what is printed has its secrets masked
     print(OmegaConf.to_yaml(values).rstrip("\n") if isinstance(values, dict) else values)
 
 
@@ -116,9 +125,15 @@ def run_cli(
     and flags; ``--cfg job|plan`` prints the config instead of running. Config errors, and storage
     or servers the pre-flight finds unusable, exit 2 with a one-line message naming the key and
     the value (and the closest known ones); a sweep stopped before its end (a signal: 143, trials
-    no node could place: 1) says so on one line.
+    no node could place: 1) says so on one line. Every message, log record, warning and any
+    other error's traceback (exit 1) has its secrets masked (:mod:`linc_core.utils.secrets`).
     """
+    import traceback
+
+    from linc_core.utils.secrets import learn_secrets, redact, redact_logging
+
     prefer_loopback()  # before anything imports ray
+    redact_logging()
     try:
         flags, overrides = split_flags(list(sys.argv[1:] if argv is None else argv))
         if flags.help:
@@ -133,18 +148,24 @@ def run_cli(
             return 0
         config = load(overrides)
     except ConfigError as err:
-        print(f"{entry}: invalid config: {err}", file=sys.stderr)
+        print(redact(f"{entry}: invalid config: {err}"), file=sys.stderr)
         return 2
+    # known before anything runs: a library's error text that echoes one is masked too
+    learn_secrets(getattr(config, "raw", None) or getattr(config, "__dict__", {}))
     try:
         return action(config)
     except ConfigError as err:  # pre-flight: storage, data or tracking store unusable
-        print(f"{entry}: {err}", file=sys.stderr)
+        print(redact(f"{entry}: {err}"), file=sys.stderr)
         return 2
     except SweepStopped as err:  # a signal, or trials no node could place: re-run to resume
-        print(f"{entry}: {err}", file=sys.stderr)
+        print(redact(f"{entry}: {err}"), file=sys.stderr)
         return err.exit_code
     except StorageUnavailableError as err:  # full, gone, refusing: finished work is kept
-        print(f"{entry}: {err}; re-run the same command once it is mended", file=sys.stderr)
+        message = f"{entry}: {err}; re-run the same command once it is mended"
+        print(redact(message), file=sys.stderr)
+        return 1
+    except Exception:  # noqa: BLE001 - a bug's traceback, as Python prints it, masked
+        print(redact(traceback.format_exc()), end="", file=sys.stderr)
         return 1
 
 

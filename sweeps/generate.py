@@ -12,9 +12,10 @@ under ``ray job submit`` (which sets ``RAY_ADDRESS``) the job joins the cluster.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
-from linc_core.utils.typed import build
+from linc_core.utils.typed import ConfigError, build
 from orchestration.data.definition import DatagenConfig
 from sweeps.cli import run_cli
 from sweeps.compose import compose_mapping
@@ -26,19 +27,32 @@ def load_config(overrides: Sequence[str] = ()) -> DatagenConfig:
 
 
 def generate(config: DatagenConfig) -> int:
+    """Generate the data set; a set that cannot be finished (a worker died, another set is
+    there, a URI that cannot be used) ends in one line (exit 1), finished shards kept."""
     import ray
 
-    from orchestration.data.generation import generate_dataset
+    from linc_core.utils.secrets import redact
+    from orchestration.data.generation import DatagenError, generate_dataset
+    from orchestration.data.storage import open_filesystem
     from orchestration.ray_session import init_ray
 
+    try:  # a URI that cannot be used is refused before Ray starts
+        open_filesystem(config.uri)
+    except ValueError as err:
+        raise ConfigError(f"uri: {err}") from None
     init_ray(num_cpus=config.ray_cpus)
     try:
         manifest = generate_dataset(config)
+    except (DatagenError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise  # the shell's own line, exit 2
+        print(redact(f"linc-generate: {' '.join(str(err).split())}"), file=sys.stderr)
+        return 1
     finally:
         ray.shutdown()
     counts = manifest["counts"]
     print(
-        f"{config.uri.split('?', 1)[0]}: {counts['instances']} {config.task}{config.size} "
+        f"{redact(config.uri.split('?', 1)[0])}: {counts['instances']} {config.task}{config.size} "
         f"instances in {counts['shards']} shards, manifest.json written"
     )
     return 0

@@ -137,7 +137,8 @@ class TrackingSpec:
     (``orchestration.tracking.writer``); what is left stays in the trial's final checkpoint.
     ``register``: the model-registry name the sweep's best trial (lowest ``eval_cost``) is
     registered under at its end, as a pyfunc model (``orchestration.tracking.registry``); null:
-    none.
+    none. A password in ``uri`` (or ``search.storage``) is masked in all linc writes or prints
+    (``linc_core.utils.secrets``).
     """
 
     uri: str | None = None

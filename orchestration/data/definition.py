@@ -44,8 +44,10 @@ class DatagenConfig:
         max_actor_restarts: Ray restarts of a dead actor (its shard is then retried); 0 makes
             a dead actor fail the run (re-run to resume).
         storage_attempts: tries per storage operation before giving up.
-        forward_aws_env: pass the driver's ``AWS_*`` variables to the actors (on S3 only), so
-            workers use the same credentials and region as the driver.
+        forward_aws_env: pass the driver's ``AWS_*`` variables to the actors on a cluster (on S3
+            only; in Ray's memory, never its logs: ``orchestration.data.generation``); off, the
+            default, each node's own AWS chain (its role, ``~/.aws``) serves its actors. The
+            actors of a local Ray always get them.
         progress: show a progress bar (instances/s).
     """
 
@@ -61,7 +63,7 @@ class DatagenConfig:
     num_cpus: int | None = None
     max_actor_restarts: int = 1
     storage_attempts: int = 3
-    forward_aws_env: bool = True
+    forward_aws_env: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -22,6 +22,13 @@ Layout at ``uri``: ``shard-00000.parquet`` ... and ``manifest.json``. Guarantees
 * A re-run with a different config at the same ``uri`` is refused when a manifest exists.
 * Storage errors are retried a bounded number of times, then raise
   :class:`~orchestration.data.storage.StorageUnavailableError`; no manifest is written.
+
+Credentials of S3: each actor takes them from the AWS chain of its node (``AWS_*`` variables,
+``~/.aws``, the node's role). An actor of a local Ray (no ``RAY_ADDRESS``: this machine), and
+any actor when ``forward_aws_env`` is set, gets this process's ``AWS_*`` variables as an
+argument of its constructor, which it sets in its own environment: they stay in the processes'
+and Ray's memory, never in a ``runtime_env`` (whose variables Ray's agent writes into its log
+``runtime_env_agent.log``, readable by every user of the node).
 """
 
 from __future__ import annotations
@@ -122,9 +129,10 @@ def check_shard(data: pa.Buffer, spec: ShardSpec, source: str) -> str:
 class _ShardWorkerImpl:
     """Generates and writes shards into one data set folder (wrapped as a Ray actor below)."""
 
-    def __init__(self, uri: str, storage_attempts: int) -> None:
+    def __init__(self, uri: str, storage_attempts: int, env: dict[str, str] | None = None) -> None:
         import torch
 
+        os.environ.update(env or {})  # the driver's AWS_* (see the module docstring)
         # An actor reserves cpus_per_worker CPUs: one torch thread and one Arrow compute thread
         # (zstd encoding would otherwise fan out over every core) keep it inside that budget.
         torch.set_num_threads(1)
@@ -315,12 +323,12 @@ def _run_pool(
         # A restarted actor retries the interrupted shard: writes are idempotent.
         "max_task_retries": config.max_actor_restarts,
     }
-    if is_s3(config.uri) and config.forward_aws_env:
-        aws_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-        if aws_env:
-            options["runtime_env"] = {"env_vars": aws_env}
+    env = {}
+    local = os.environ.get("RAY_ADDRESS") in (None, "", "local")
+    if is_s3(config.uri) and (config.forward_aws_env or local):
+        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     workers = [
-        ShardWorker.options(**options).remote(config.uri, config.storage_attempts)
+        ShardWorker.options(**options).remote(config.uri, config.storage_attempts, env)
         for _ in range(min(config.workers, len(specs)))
     ]
     pending = list(reversed(specs))

@@ -5,7 +5,8 @@ folder. ``s3://bucket/prefix`` is an S3 prefix; query parameters configure S3-co
 stores: ``endpoint_override=host:port``, ``scheme=http|https``, ``region=...``, e.g.
 ``s3://linc/cvrptw100-train?endpoint_override=127.0.0.1:9000&scheme=http``. Credentials come
 from the standard AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` variables,
-``~/.aws`` files, instance metadata): they are never part of a URI.
+``~/.aws`` files, instance metadata): they are never part of a URI (a URI with user info or a
+credential parameter is refused, its secret masked in the message).
 
 Every storage call made through :func:`with_retries` is retried a bounded number of times with
 exponential backoff and then raises :class:`StorageUnavailableError`, whose message names the
@@ -26,6 +27,7 @@ import pyarrow.fs as pafs
 from linc_core.instances import Instance
 from linc_core.instances.datasets import load_dataset, resolve_filesystem
 from linc_core.train.data import ShardedTrainingData
+from linc_core.utils.secrets import redact
 
 __all__ = [
     "out_of_space",
@@ -100,9 +102,15 @@ def open_filesystem(uri: str, sdk_attempts: int = _SDK_ATTEMPTS) -> tuple[pafs.F
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted(set(query) - set(_S3_QUERY_KEYS))
     if unknown:
-        raise ValueError(f"{uri}: unknown S3 URI parameter(s) {unknown}; known: {_S3_QUERY_KEYS}")
+        known = f"known: {', '.join(_S3_QUERY_KEYS)}; credentials come from the AWS chain"
+        raise ValueError(f"{redact(uri)}: unknown S3 URI parameter(s) {unknown} ({known})")
     if not parts.netloc:
-        raise ValueError(f"{uri}: an S3 URI needs a bucket (s3://bucket/prefix)")
+        raise ValueError(f"{redact(uri)}: an S3 URI needs a bucket (s3://bucket/prefix)")
+    if "@" in parts.netloc:
+        raise ValueError(
+            f"{redact(uri)}: an S3 URI names no user or key (s3://bucket/prefix); credentials "
+            "come from the AWS chain (AWS_* variables, ~/.aws, the node's role)"
+        )
     filesystem = pafs.S3FileSystem(
         endpoint_override=query.get("endpoint_override"),
         scheme=query.get("scheme", "https"),
@@ -140,7 +148,7 @@ def with_retries(
         except OSError as err:
             if attempt == attempts:
                 raise StorageUnavailableError(
-                    f"could not {what} after {attempts} attempts: {err}"
+                    redact(f"could not {what} after {attempts} attempts: {err}")
                 ) from err
             time.sleep(backoff_s * 2 ** (attempt - 1))
     raise AssertionError("unreachable")

@@ -16,6 +16,10 @@ MLflow's INFO logging is off and :class:`TrialEvents` prints plain lines instead
 ``quiet`` prints failures and the summary only; ``tune`` brings back Tune's own reporter and
 Ray's INFO logging (the lines above still print). Off a terminal, Ray's worker-line prefixes
 carry no colour codes whatever the verbosity.
+
+Whatever the verbosity, every line is masked (:mod:`linc_core.utils.secrets`): the console's
+handlers filter each log record (:func:`~linc_core.utils.secrets.redact_logging`, again once
+Ray has added its own), warnings and the lines above are masked before they print.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from ray import tune
 
+from linc_core.utils.secrets import redact, redact_logging
 from orchestration.config.platform import PlatformConfig, trial_label
 from orchestration.config.sections import ConsoleSpec
 from orchestration.ray_session import init_ray
@@ -46,6 +51,7 @@ def prepare_console(spec: ConsoleSpec) -> None:
     and (unless ``tune``) no INFO chatter from Ray, Tune and MLflow nor a traceback per failed
     trial attempt (:class:`TrialEvents` names the reason; the trial's ``error.txt`` keeps the
     traceback)."""
+    redact_logging()
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     if spec.verbosity == "tune":
@@ -134,7 +140,23 @@ def init_sweep_ray(config: PlatformConfig) -> bool:
     prepare_console(config.console)
     level = "INFO" if config.console.verbosity == "tune" else "WARNING"
     cluster = config.cluster
-    return init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
+    started = init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
+    redact_logging()  # on the handlers Ray added too
+    if started:
+        keep_aws_keys_out_of_trials()
+    return started
+
+
+def keep_aws_keys_out_of_trials() -> None:
+    """Tune copies the driver's ``AWS_*`` keys into each trial actor's ``runtime_env``, which
+    Ray's agent writes into ``runtime_env_agent.log`` (readable by every user of the node).
+    Once this process has started or joined Ray, no copy is needed: a local Ray's workers
+    inherit this process's environment (their raylet started with it), a cluster's nodes use
+    their own AWS chain (role, ``~/.aws``, their environment)."""
+    from ray.tune.execution import class_cache
+
+    names = class_cache.ENV_VARS_TO_PROPAGATE
+    class_cache.ENV_VARS_TO_PROPAGATE = {name for name in names if not name.startswith("AWS_")}
 
 
 class TrialEvents(tune.Callback):
@@ -250,7 +272,7 @@ class TrialEvents(tune.Callback):
             return
         elapsed = time.monotonic() - self.started
         stamp = f"{int(elapsed // 60)}:{int(elapsed % 60):02d}"
-        print(f"[{stamp}] {self._label(trial)}: {text}", flush=True)
+        print(redact(f"[{stamp}] {self._label(trial)}: {text}"), flush=True)
 
 
 def trial_events(config: PlatformConfig, name: str, label_keys: Sequence[str]) -> TrialEvents:
@@ -286,6 +308,7 @@ __all__ = [
     "TUNE_VERBOSE",
     "TrialEvents",
     "init_sweep_ray",
+    "keep_aws_keys_out_of_trials",
     "prepare_console",
     "trial_events",
 ]

@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.secrets import redact
 from orchestration.data.storage import StorageUnavailableError, with_retries
 from orchestration.experiment.preflight import PreflightError
 
@@ -74,7 +75,8 @@ class SweepLease:
             time.sleep(SETTLE_S)
             now = _read(filesystem, path)
         except StorageUnavailableError as err:
-            raise PreflightError(f"cluster.storage: the sweep's lease: {err}") from None
+            message = f"cluster.storage: the sweep's lease: {redact(str(err))}"
+            raise PreflightError(message) from None
         if now is None or now.get("token") != lease.token:
             raise SweepLeased(_refusal(sweep, now or {}, path, ttl_s))
         lease._since = since

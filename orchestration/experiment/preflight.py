@@ -5,11 +5,13 @@ and the place, not after Ray started, a parent run was created and every trial r
 
 * ``cluster.storage``: writable (a probe object written and deleted, local folder or S3);
 * ``tracking.uri``: a SQLite store's folder writable and its database open for writing; a server
-  answers (``search_experiments``, failing fast);
+  answers (``search_experiments``, failing fast); another database (``postgresql://...``) takes
+  a connection (:func:`check_database`, also of ``search.storage``);
 * ``data.uri`` / ``data.eval_uri``: a data set's manifest readable.
 
 Each failure raises :class:`PreflightError` (a :class:`~linc_core.utils.typed.ConfigError`:
-the entry points print it on one line and exit 2).
+the entry points print it on one line and exit 2), its URIs and reasons masked
+(:func:`linc_core.utils.secrets.redact`: ``postgresql://linc:***@db/mlflow``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from linc_core.instances.datasets import MANIFEST_NAME
+from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig
 from orchestration.data.storage import open_filesystem
@@ -28,6 +31,7 @@ from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import REQUEST_SETTINGS
 
 PROBE_PREFIX = ".linc-preflight-"
+DATABASE_CONNECT_TIMEOUT_S = 10
 
 
 class PreflightError(ConfigError):
@@ -61,7 +65,8 @@ def check_writable(setting: str, location: str) -> None:
             stream.write(b"linc")
         filesystem.delete_file(probe)
     except (OSError, ValueError) as err:
-        raise PreflightError(f"{setting}: cannot write to {location} ({_reason(err)})") from None
+        message = f"{setting}: cannot write to {redact(location)} ({_reason(err)})"
+        raise PreflightError(message) from None
 
 
 def check_tracking(uri: str) -> None:
@@ -72,6 +77,35 @@ def check_tracking(uri: str) -> None:
         _check_server(uri)
     elif "://" not in uri or uri.startswith("file://"):
         check_writable("tracking.uri", uri.removeprefix("file://"))
+    elif uri.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "mysql", "mssql"):
+        check_database("tracking.uri", uri)
+
+
+def check_database(setting: str, url: str) -> None:
+    """The database at SQLAlchemy ``url`` takes a connection (SQLite: not checked here, its
+    file is created on first use); nothing is written."""
+    if url.startswith("sqlite:"):
+        return
+    import sqlalchemy
+
+    try:
+        backend = sqlalchemy.engine.make_url(url).get_backend_name()
+        timeout = {"connect_timeout": DATABASE_CONNECT_TIMEOUT_S}
+        engine = sqlalchemy.create_engine(
+            url, connect_args=timeout if backend in ("postgresql", "mysql") else {}
+        )
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
+    except ImportError as err:  # SQLAlchemy's default driver of the scheme is not installed
+        message = f"{setting}: no database driver for {redact(url)} ({err}); name an installed one"
+        raise PreflightError(f"{message} (postgresql+psycopg2://...)") from None
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as err:
+        cause = getattr(err, "orig", None) or err  # the driver's words, not SQLAlchemy's frame
+        message = f"{setting}: the database {redact(url)} does not answer ({_reason(cause)})"
+        raise PreflightError(message) from None
 
 
 def check_readable(setting: str, uri: str) -> None:
@@ -81,7 +115,7 @@ def check_readable(setting: str, uri: str) -> None:
         with filesystem.open_input_stream(f"{root.rstrip('/')}/{MANIFEST_NAME}") as stream:
             stream.read(1)
     except (OSError, ValueError) as err:
-        message = f"{setting}: cannot read the data set {uri} ({_reason(err)})"
+        message = f"{setting}: cannot read the data set {redact(uri)} ({_reason(err)})"
         raise PreflightError(message) from None
 
 
@@ -98,7 +132,7 @@ def _check_sqlite(uri: str) -> None:
         finally:
             connection.close()
     except sqlite3.Error as err:
-        raise PreflightError(f"tracking.uri: cannot write to {path} ({err})") from None
+        raise PreflightError(f"tracking.uri: cannot write to {path} ({_reason(err)})") from None
 
 
 def _check_server(uri: str) -> None:
@@ -110,15 +144,23 @@ def _check_server(uri: str) -> None:
     try:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except (MlflowException, OSError) as err:
-        message = f"tracking.uri: the store {uri} does not answer ({_reason(err)})"
+        message = f"tracking.uri: the store {redact(uri)} does not answer ({_reason(err)})"
         raise PreflightError(message) from None
 
 
 def _reason(err: BaseException) -> str:
-    """The operating system's words when the error carries them (``Connection refused``)."""
-    text = " ".join(str(getattr(err, "strerror", None) or err).split())
+    """The operating system's words when the error carries them (``Connection refused``),
+    masked."""
+    text = redact(" ".join(str(getattr(err, "strerror", None) or err).split()))
     found = re.search(r"\[Errno \d+\] ([^'\")\]]+)", text)
     return found.group(1).strip() if found else text[:200]
 
 
-__all__ = ["PreflightError", "check_readable", "check_tracking", "check_writable", "preflight"]
+__all__ = [
+    "PreflightError",
+    "check_database",
+    "check_readable",
+    "check_tracking",
+    "check_writable",
+    "preflight",
+]

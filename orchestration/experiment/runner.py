@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray import tune
 
+from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
 from orchestration.data.storage import StorageUnavailableError, open_filesystem, out_of_space
 from orchestration.experiment.console import TUNE_VERBOSE, init_sweep_ray, trial_events
@@ -167,6 +168,9 @@ def run_experiment(
     name = sweep["name"]
     # the one resolution of the tracking store: handed to the parent run and every trial
     plan = TrialPlan.from_config(config, tracking=tracking or preflight(config))
+    # What Tune keeps and writes (params.json, result.json, its experiment state) is masked:
+    # a trial takes the real store and storage from the driver (with_parameters), not from it.
+    param_space = redact(param_space)
     place = _Place.of(config, experiment_name or name)
     fs = place.filesystem
     restore = resume and experiment_exists(config, experiment_name or name)
@@ -183,8 +187,10 @@ def run_experiment(
                 restore or experiment_name is not None,
             )
         except Exception as err:  # the store answered the pre-flight, then stopped answering
-            reason = " ".join(str(err).split())[:200]
-            message = f"tracking.uri: the store {plan.tracking.uri} did not take the sweep's run"
+            reason = redact(" ".join(str(err).split()))[:200]
+            message = (
+                f"tracking.uri: the store {plan.tracking.shown_uri} did not take the sweep's run"
+            )
             raise PreflightError(f"{message} ({reason})") from None
         init_sweep_ray(config)
         handle_memory_kills()  # a trial the memory monitor kills is a failed trial, retried
@@ -237,9 +243,9 @@ def run_experiment(
                     # Tune reading back a result file the full storage left empty, and alike
                     raise StorageUnavailableError(
                         f"{name}: the storage {place.storage_path} is out of space (No space "
-                        f"left on device: {type(err).__name__} {err}); free space there and run "
-                        "the same command again: it resumes from each trial's newest intact "
-                        "checkpoint"
+                        f"left on device: {type(err).__name__} {redact(str(err))}); free space "
+                        "there and run the same command again: it resumes from each trial's "
+                        "newest intact checkpoint"
                     ) from None
                 raise
         if stop.signal is not None:
@@ -328,7 +334,8 @@ def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult
     failed = bool(results.errors)
     experiment.finish(failed=failed)
     if failed:
-        lines = [line.strip() for line in str(results.errors[0]).splitlines() if line.strip()]
+        text = redact(str(results.errors[0]))
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         raise TrialFailed(
             f"{name}: the trial failed after {config.cluster.max_failures} retries "
             f"({lines[-1] if lines else 'no detail'}); its error.txt has the traceback; re-run "
@@ -358,7 +365,7 @@ def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         "epochs": metrics.get("epoch"),
         "seconds": metrics.get("time_total_s"),
         "peak_rss_gb": metrics.get("peak_rss_gb"),
-        "error": None if result.error is None else str(result.error).splitlines()[0][:200],
+        "error": None if result.error is None else redact(str(result.error)).splitlines()[0][:200],
         "config": {key: dotted_get(config, key) for key in keys},
     }
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from ray import tune
 
+from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_params
 from orchestration.config.sections import SearchSpec
-from orchestration.experiment.preflight import preflight
+from orchestration.experiment.preflight import check_database, preflight
 from orchestration.experiment.runner import (
     Experiment,
     SweepResult,
@@ -97,6 +98,7 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
         raise ValueError("search: no search section in the config (use search=default)")
     tracking = preflight(config)  # resolved once, for every stage
     url = study_storage_url(spec, tracking.uri, config.cluster.storage_path())
+    check_database("search.storage", url)
     study = open_study(spec, url, quiet=config.console.verbosity != "tune")
     param_space = config.with_values(**search_space(spec))
     sweep = {"kind": "search"} | dataclasses.asdict(spec)
@@ -124,14 +126,14 @@ def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
     described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
     registered = experiment.finish(failed=False, description=described)
     result = sweep_result(spec.name, experiment, rows, study_table(study, spec))
-    study_at = (spec.name, _without_password(url))
+    study_at = (spec.name, redact(url))
     return dataclasses.replace(result, study=study_at, registered=registered), best
 
 
 def _log_study(experiment: Experiment, study: Any, spec: SearchSpec, url: str) -> dict[str, Any]:
     """The study's results on the parent run; the best (or first Pareto) trial's values."""
     parent = experiment.parent
-    parent.set_tags({"optuna.study": spec.name, "optuna.storage": _without_password(url)})
+    parent.set_tags({"optuna.study": spec.name, "optuna.storage": redact(url)})
     parent.log_text(study_table(study, spec), "study_trials.md")
     for name, png in study_figures(study, spec).items():
         parent.log_bytes(png, f"study/{name}")
@@ -151,16 +153,6 @@ def _log_study(experiment: Experiment, study: Any, spec: SearchSpec, url: str) -
     for metric, value in objectives.items():
         parent.log_metric(f"best_{metric}", value)
     return values | objectives
-
-
-def _without_password(url: str) -> str:
-    """A database URL as a tag: ``user:secret@`` becomes ``user:***@``."""
-    scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    credentials, _, host = rest.partition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}"
 
 
 __all__ = ["run_search", "search_space", "stage_names"]

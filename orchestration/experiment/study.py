@@ -7,6 +7,11 @@ with every trial, its values, its state and its params, optuna-dashboard shows i
 re-run of the same search continues it (:mod:`orchestration.experiment.search`). Tune's
 ``OptunaSearch`` writes it from the driver; :class:`SweepOptunaSearch` ends a trial that the
 scheduler stopped early as PRUNED (Tune's own would call it COMPLETE with its last value).
+
+Tune pickles the searcher, and with it the study's storage, into its saved state (``tuner.pkl``,
+``searcher-state-*.pkl``): :class:`MaskedRDBStorage` pickles its URL masked
+(``postgresql://linc:***@db/optuna``) and, unpickled in a driver that opened the same study
+(a re-run restoring the search), takes the real URL back from :func:`rdb_storage`.
 """
 
 from __future__ import annotations
@@ -14,13 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import optuna
 from ray.tune.search.optuna import OptunaSearch
 
+from linc_core.utils.secrets import redact
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import ConfigError
 from orchestration.config.sections import SearchSpec
 
 STUDY_FILE = "optuna.db"
+# The real URL of each masked one this process opened (what an unpickled storage reconnects to).
+_REAL_URLS: dict[str, str] = {}
 
 
 def study_storage_url(spec: SearchSpec, tracking_uri: str, storage: str) -> str:
@@ -39,23 +48,33 @@ def study_storage_url(spec: SearchSpec, tracking_uri: str, storage: str) -> str:
     if "://" not in storage:
         return f"sqlite:///{Path(storage).resolve() / STUDY_FILE}"
     raise ConfigError(
-        f"search.storage: required when the tracking store is a server ({tracking_uri}) and "
-        f"cluster.storage is remote ({storage}); give a database URL (postgresql://...)"
+        f"search.storage: required when the tracking store is a server ({redact(tracking_uri)}) "
+        f"and cluster.storage is remote ({redact(storage)}); give a database URL "
+        "(postgresql://...)"
     )
 
 
-def rdb_storage(url: str) -> Any:
-    """Optuna's RDB storage at ``url`` (tables created if missing)."""
-    import optuna
+class MaskedRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose pickled state holds its URL masked (see the module
+    docstring); unpickled where the real URL is unknown, it keeps the masked one (and fails to
+    connect, naming no secret)."""
 
-    return optuna.storages.RDBStorage(url)
+    def __getstate__(self) -> dict[Any, Any]:
+        return super().__getstate__() | {"url": redact(self.url)}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state | {"url": _REAL_URLS.get(state["url"], state["url"])})
+
+
+def rdb_storage(url: str) -> MaskedRDBStorage:
+    """Optuna's RDB storage at ``url`` (tables created if missing)."""
+    _REAL_URLS[redact(url)] = url
+    return MaskedRDBStorage(url)
 
 
 def open_study(spec: SearchSpec, url: str, quiet: bool = True) -> Any:
     """The search's study (created if missing) with its objectives' directions; ``quiet``:
     without Optuna's INFO lines (the console reports the trials)."""
-    import optuna
-
     if quiet:  # Optuna sets its logger's level when it is first used: after prepare_console
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 

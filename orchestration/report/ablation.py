@@ -296,7 +296,7 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
             "--tracking-uri %s --experiment %s --out DIR",
             parent.run_id,
             " ".join(str(err).split())[:200],
-            tracking.uri,
+            tracking.shown_uri,
             tracking.experiment,
         )
         return

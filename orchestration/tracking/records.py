@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from linc_core.utils.secrets import redact
 from orchestration.data.storage import is_out_of_space
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class Outage:
     it has answered "out of space" without a success in between."""
 
     def __init__(self, tracking_uri: str):
-        self.tracking_uri = tracking_uri
+        self.tracking_uri = redact(tracking_uri)
         self.since: float | None = None
         self.full_since: float | None = None
 
@@ -165,10 +166,11 @@ def quiet_store_tracebacks() -> None:
 
 
 def reason(err: Exception) -> str:
-    """One line for the console: the error's text, SQLAlchemy's SQL and parameters left out."""
+    """One line for the console: the error's text, masked, SQLAlchemy's SQL and parameters
+    left out."""
     text = " ".join(str(err).split())
     text = re.sub(r" ?\[SQL: .*", "", text)
-    return text[:300]
+    return redact(text)[:300]
 
 
 __all__ = [

@@ -3,8 +3,8 @@
 MLflow 3.17 keeps the plain ``./mlruns`` file store in maintenance mode, so the local default is a
 SQLite database (``sqlite:///ABSOLUTE/PATH/mlflow.db``); :func:`resolve_tracking_uri` is the one
 place that picks the store. Parameters are flattened to dotted keys,
-values are truncated to MLflow's length limit and anything whose key looks like a credential is
-dropped before it can reach the tracking store.
+values are masked (``linc_core.utils.secrets``) and truncated to MLflow's length limit, and
+anything whose key looks like a credential is dropped before it can reach the tracking store.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 
 # A trial's run is nested under its sweep's parent run (MLflow's own tag) and found again on a
@@ -50,8 +51,8 @@ def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -
         return os.environ["MLFLOW_TRACKING_URI"]
     if "://" in str(storage):
         raise ConfigError(
-            f"tracking.uri: required when cluster.storage is remote ({str(storage)!r}); set it "
-            "or MLFLOW_TRACKING_URI"
+            f"tracking.uri: required when cluster.storage is remote ({redact(str(storage))!r}); "
+            "set it or MLFLOW_TRACKING_URI"
         )
     folder = Path(storage).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """A sweep's MLflow runs seen from the driver: the parent run, what a re-run follows, the finish.
 
 Each sweep keeps a record ``linc_sweep.json`` beside Tune's state (local folder or S3): the
-parent run's id, the tracking store and the experiment folder it was written for. A re-run of
+parent run's id, the tracking store (its URI masked: ``postgresql://linc:***@db/mlflow``, and
+compared masked) and the experiment folder it was written for. A re-run of
 the same command re-opens that parent run only where it belongs:
 
 * the same store and the same folder: an interrupted sweep resumed, the same parent run;
@@ -31,6 +32,7 @@ import pyarrow.fs as pafs
 
 from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.secrets import redact
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_best
 from orchestration.tracking.store import TRIAL_TAG
@@ -85,15 +87,16 @@ def open_parent_run(
     """
     from mlflow.exceptions import MlflowException
 
-    uri, path = tracking.uri, experiment_path
+    uri, path = tracking.shown_uri, experiment_path  # a record holds the masked URI
     client = tracking.client()
     # first: a moved store's experiment is re-pointed to its new folder before anything logs
     experiment_id = tracking.experiment_id()
     record = read_record(filesystem, experiment_path) if resume else None
     if record is not None:
-        same = record.tracking_uri in (None, uri) and record.experiment_path in (None, path)
+        recorded = None if record.tracking_uri is None else redact(record.tracking_uri)
+        same = recorded in (None, uri) and record.experiment_path in (None, path)
         found = None
-        if same or record.tracking_uri != uri:
+        if same or recorded != uri:
             try:
                 found = client.get_run(record.parent_run_id)
             except MlflowException:
@@ -108,7 +111,7 @@ def open_parent_run(
             "sweep %s was recorded for store %s at %s; this run uses store %s at %s: "
             "continuing with a new parent run there (the recorded runs are left as they are)",
             sweep["name"],
-            record.tracking_uri,
+            recorded,
             record.experiment_path,
             uri,
             experiment_path,
@@ -231,7 +234,9 @@ def _tag_final_checkpoints(tracking: TrackingTarget, parent: RunWriter, results:
             if uri is not None:
                 client.set_tag(run.info.run_id, "checkpoint", uri)
     except (MlflowException, OSError) as err:
-        logger.warning("tracking store %s: checkpoint tags not set: %s", tracking.uri, reason(err))
+        logger.warning(
+            "tracking store %s: checkpoint tags not set: %s", tracking.shown_uri, reason(err)
+        )
 
 
 def _settle_children(
@@ -249,7 +254,7 @@ def _settle_children(
     except (MlflowException, OSError) as err:
         logger.warning(
             "tracking store %s: could not list the sweep's trial runs to settle them: %s",
-            tracking.uri,
+            tracking.shown_uri,
             reason(err),
         )
         return

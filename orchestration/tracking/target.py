@@ -6,6 +6,10 @@ and hands it to every trial (``tune.with_parameters``): a trial never resolves t
 again. What reaches MLflow goes through this object: a run writer for a run
 (:meth:`~TrackingTarget.writer`), the experiment's id (:meth:`~TrackingTarget.experiment_id`),
 the runs under a sweep's parent run (:meth:`~TrackingTarget.child_runs`).
+
+The URI may hold a password (``postgresql://linc:PASSWORD@db/mlflow``): the target's ``repr``
+masks it, and every process that holds a target (a trial unpickles it from Ray's object store)
+has learnt it, so that its masking of text finds it (:mod:`linc_core.utils.secrets`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from linc_core.utils.secrets import learn_secrets, redact
 from orchestration.config.sections import TrackingSpec
 from orchestration.tracking.store import PARENT_RUN_TAG, ensure_experiment, resolve_tracking_uri
 from orchestration.tracking.writer import RunWriter
@@ -41,6 +46,21 @@ class TrackingTarget:
     sweep: str | None = None
     flush_timeout_s: float = 600.0
     run_name_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        learn_secrets(self.uri)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # unpickled in a trial: its secrets learnt there too
+        learn_secrets(self.uri)
+
+    def __repr__(self) -> str:
+        return f"TrackingTarget({redact(self.uri)!r}, {self.experiment!r}, sweep={self.sweep!r})"
+
+    @property
+    def shown_uri(self) -> str:
+        """The URI as messages and records show it (its password masked)."""
+        return redact(self.uri)
 
     @classmethod
     def resolve(cls, spec: TrackingSpec, storage: str) -> TrackingTarget:

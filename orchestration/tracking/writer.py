@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.secrets import redact
 from orchestration.tracking.records import (
     Outage,
     find_or_create_run,
@@ -58,6 +59,9 @@ JOURNAL_ARTIFACTS = "tracking_artifacts"
 # A request to the store fails fast; the writer's own loop does the retrying (MLflow's default is
 # 7 retries with backoff, about 4 minutes, during which the calling thread is frozen).
 REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+# MLflow prints "View run ... at: URL" when a run ends on a server, the URL with its password;
+# linc prints its own links to the runs (sweeps.cli.print_mlflow_ui), masked.
+QUIET_RUN_LINKS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 MAX_BACKOFF_S = 30.0
 # A store out of space (SQLite "database or disk is full", a server's disk) does not come back
 # by waiting as an unreachable one does: someone must free space. flush gives up after this.
@@ -75,7 +79,9 @@ class RunWriter:
     def __init__(self, tracking_uri: str, spool: str | Path | None = None):
         for name, value in REQUEST_SETTINGS.items():
             os.environ.setdefault(name, value)
+        os.environ.update(QUIET_RUN_LINKS)
         self.tracking_uri = tracking_uri
+        self.shown_uri = redact(tracking_uri)  # in messages and the journal (masked)
         self.run_id: str | None = None
         self._spool = Path(spool or tempfile.mkdtemp(prefix="linc-tracking-"))
         self._spool.mkdir(parents=True, exist_ok=True)
@@ -86,7 +92,7 @@ class RunWriter:
         self._unverified: set[str] = set()  # keys whose steps on the store must be read
         self._lock = threading.Condition()
         self._closed = False
-        self._outage = Outage(tracking_uri)
+        self._outage = Outage(self.shown_uri)
         quiet_store_tracebacks()
         self._thread = threading.Thread(target=self._deliver_forever, name="linc-run-writer")
         self._thread.daemon = True
@@ -112,8 +118,8 @@ class RunWriter:
         ``journal``, first take back a saved journal (:meth:`restore`)."""
         create = {
             "experiment": experiment,
-            "run_name": run_name,
-            "tags": dict(tags) | dict(key),
+            "run_name": redact(run_name),
+            "tags": redact(dict(tags) | dict(key)),
             "key": dict(key),
         }
         saved = self._load(journal) if journal is not None else None
@@ -126,7 +132,7 @@ class RunWriter:
 
     # -- what to write (the calls of the ``mlflow`` module linc uses) ----------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self._append({"op": "params", "values": {k: str(v) for k, v in params.items()}})
+        self._append({"op": "params", "values": {k: redact(str(v)) for k, v in params.items()}})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         values = {k: float(v) for k, v in metrics.items()}
@@ -137,7 +143,7 @@ class RunWriter:
         self.log_metrics({key: value}, step)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self._append({"op": "tags", "values": {k: str(v) for k, v in tags.items()}})
+        self._append({"op": "tags", "values": redact({k: str(v) for k, v in tags.items()})})
 
     def set_tag(self, key: str, value: Any) -> None:
         self.set_tags({key: value})
@@ -154,7 +160,7 @@ class RunWriter:
         self._append({"op": "artifact", "file": name, "name": source.name, "path": artifact_path})
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.log_bytes(text.encode(), artifact_file)
+        self.log_bytes(redact(text).encode(), artifact_file)
 
     def log_bytes(self, content: bytes, artifact_file: str) -> None:
         """Queue ``content`` as the artifact ``artifact_file`` (``folder/name``; a PNG, a CSV)."""
@@ -164,7 +170,7 @@ class RunWriter:
         self._append({"op": "artifact", "file": local.name, "name": name, "path": folder or None})
 
     def log_dict(self, values: Any, artifact_file: str) -> None:
-        self.log_text(json.dumps(values, indent=2, default=str), artifact_file)
+        self.log_text(json.dumps(redact(values), indent=2, default=str), artifact_file)
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         folder, _, name = artifact_file.rpartition("/")
@@ -217,13 +223,13 @@ class RunWriter:
                 "tracking store %s is out of space: %d record(s) not delivered; free space "
                 "there and run the same command again (a trial resumes from its newest intact "
                 "checkpoint and logs the epochs after it again)",
-                self.tracking_uri,
+                self.shown_uri,
                 self.pending(),
             )
         elif not delivered and warn:
             logger.warning(
                 "tracking store %s: %d record(s) not delivered after %.0f s",
-                self.tracking_uri,
+                self.shown_uri,
                 self.pending(),
                 timeout,
             )
@@ -235,7 +241,7 @@ class RunWriter:
         folder = Path(folder)
         with self._lock:
             records = list(self._pending)
-            state = {"tracking_uri": self.tracking_uri, "run_id": self.run_id}
+            state = {"tracking_uri": self.shown_uri, "run_id": self.run_id}
             state |= {"create": self._create, "pending": records}
         artifacts = folder / JOURNAL_ARTIFACTS
         shutil.rmtree(artifacts, ignore_errors=True)
@@ -282,7 +288,8 @@ class RunWriter:
         if self._create is None and self.run_id is None:
             self._create = state.get("create")
         mine = self._create is None or saved.get("key") == self._create.get("key")
-        kept = bool(state.get("tracking_uri") == self.tracking_uri and mine and state["run_id"])
+        same_store = redact(state.get("tracking_uri") or "") == self.shown_uri  # both masked
+        kept = bool(same_store and mine and state["run_id"])
         if kept and self.run_id is None:
             self.run_id = state["run_id"]
         self._pending[:0] = state["pending"]
@@ -377,7 +384,7 @@ class RunWriter:
             self._lock.notify_all()
         logger.warning(
             "tracking store %s refused %s for good, dropped: %s",
-            self.tracking_uri,
+            self.shown_uri,
             what,
             reason(err),
         )

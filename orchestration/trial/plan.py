@@ -55,7 +55,8 @@ class TrialPlan:
 
         ``tracking`` and ``storage`` (the sweep driver's, decided on every run of the sweep)
         replace what the mapping says: a restored trial's mapping is the one it was first given,
-        which may name another store or folder (a moved sweep, a changed ``tracking.uri``).
+        which may name another store or folder (a moved sweep, a changed ``tracking.uri``), and
+        its secrets are masked (what Tune keeps is: :func:`linc_core.utils.secrets.redact`).
         """
         config = PlatformConfig.from_mapping(values)
         if storage is not None:

@@ -57,6 +57,7 @@ from linc_core.utils.runtime import (
     reset_peak_rss,
     tune_cpu_allocator,
 )
+from linc_core.utils.secrets import redact_logging
 from orchestration.config.sections import FaultSpec
 from orchestration.data.storage import is_out_of_space, open_filesystem
 from orchestration.tracking.fit_metrics import EPOCH_METRICS, MLflowCallback
@@ -213,6 +214,7 @@ def train_linc(
     ``tracking`` and ``storage`` are the sweep driver's current store and Tune storage (passed
     with ``tune.with_parameters``); they win over the trial's own, possibly older, mapping.
     """
+    redact_logging()  # what this process logs goes to Ray's log files and the driver's console
     plan = TrialPlan.from_mapping(trial_config, tracking, storage)
     run = plan.run
     if plan.resources.num_workers == 1:  # data-parallel workers are placed by Ray Train

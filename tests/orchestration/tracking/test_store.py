@@ -76,6 +76,21 @@ def test_flatten_params_drops_credentials() -> None:
     }
 
 
+def test_flatten_params_masks_the_secrets_inside_values() -> None:
+    flat = flatten_params(
+        {
+            "sweep": {"storage": "postgresql://linc:hunter22@db:5432/optuna"},
+            "data": {"uri": "s3://b/p?region=eu&session_token=FwoG"},
+            "note": ("http://u:pw@h", 1),
+        }
+    )
+    assert flat == {
+        "sweep.storage": "postgresql://linc:***@db:5432/optuna",
+        "data.uri": "s3://b/p?region=eu&session_token=***",
+        "note": "('http://u:***@h', 1)",
+    }
+
+
 def test_no_credential_ever_reaches_mlflow(tmp_path: Path) -> None:
     uri = resolve_tracking_uri(None, tmp_path)
     experiment_id = ensure_experiment(uri, "creds")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,38 @@ def test_a_store_error_is_one_line_without_sql():
         '("key", value) VALUES (?, ?)]\n[parameters: [("a", 1.0)]]'
     )
     assert reason(RuntimeError(text)) == "(sqlite3.OperationalError) database or disk is full"
+
+
+def test_a_password_in_the_store_uri_reaches_no_record_journal_or_warning(server, tmp_path, caplog):
+    """The store's URI holds a password: params, tags and artifacts get it masked, the journal
+    in a checkpoint names the store masked and still resumes the same run, an outage's warning
+    names the store masked."""
+    password = f"pw-{uuid.uuid4().hex}"
+    uri = server.uri.replace("http://", f"http://linc:{password}@")
+    dsn = f"postgresql://u:{password}@db/x"
+    writer = RunWriter(uri).start("writer", "secret", {"dsn": dsn}, KEY | {"t": "secret"})
+    writer.log_params({"storage": dsn})
+    writer.log_dict({"tracking": {"uri": uri}}, "config.json")
+    assert writer.flush(60)
+    writer.log_metrics({"loss": 1.0}, step=1)
+    writer.save(tmp_path / "checkpoint")
+    journal = (tmp_path / "checkpoint" / JOURNAL_FILE).read_text()
+    assert password not in journal and "linc:***@" in journal
+    again = RunWriter(uri).start(
+        "writer", "secret", {}, KEY | {"t": "secret"}, journal=tmp_path / "checkpoint"
+    )
+    assert again.run_id == writer.run_id  # the same store, compared masked
+    assert writer.close(60) and again.close(60)
+    run = MlflowClient(tracking_uri=uri).get_run(writer.run_id)
+    assert run.data.params["storage"] == "postgresql://u:***@db/x"
+    assert run.data.tags["dsn"] == "postgresql://u:***@db/x"
+    folder = MlflowClient(tracking_uri=uri).download_artifacts(writer.run_id, "", str(tmp_path))
+    assert password not in (Path(folder) / "config.json").read_text()
+
+    caplog.set_level(logging.WARNING)
+    gone = RunWriter(f"http://linc:{password}@127.0.0.1:{free_port()}").start("w", "r", {}, KEY)
+    gone.log_metrics({"loss": 1.0}, step=1)
+    assert not gone.close(3)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("http://linc:***@127.0.0.1" in line for line in lines), lines
+    assert not any(password in line for line in lines)

@@ -1,0 +1,257 @@
+"""Secrets in what leaves the process: :func:`redact`, the one masking of every value linc
+writes out (tracking params, tags and artifacts, Tune's config, journals, records, console
+lines, log records, warnings and error messages). The process itself keeps the real values.
+
+What is masked, as ``***``:
+
+* the password of a URI's user info: ``postgresql://linc:***@db:5432/linc``,
+  ``http://user:***@host`` (a user name alone is kept);
+* the value of a credential parameter, in a query string or as ``key=value`` text
+  (``?access_key=***&region=eu``, ``password=***`` of a libpq connection string), of a quoted
+  ``'password': '***'`` pair, and of an ``Authorization`` scheme (``Authorization: Bearer ***``);
+* in a mapping, the value of every key whose name looks like a credential (everything nested
+  under it too);
+* any secret this process has learnt, wherever it appears in text: the passwords and
+  credential values :func:`redact` met before (so that a library echoing a connection string
+  in its own words is masked too), and the values of credential environment variables
+  (``AWS_SECRET_ACCESS_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``PGPASSWORD``...) and the URI
+  passwords in the environment (``MLFLOW_TRACKING_URI``). A learnt secret shorter than
+  :data:`MIN_SECRET_LENGTH` characters is not searched for in free text (it would mask unrelated
+  words); one shorter than :data:`ANYWHERE_LENGTH` only as a whole word.
+
+A credential name is what :data:`CREDENTIAL_PATTERN` matches (secret, password, token,
+access key, credential, signature, api key...). Masking is idempotent: ``redact(redact(x)) ==
+redact(x)``, so a recorded (masked) value compares equal to the masked configured one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, unquote
+
+MASK = "***"
+# Names of settings, query parameters and environment variables that hold a secret.
+CREDENTIAL_PATTERN = re.compile(
+    r"secret|passw(?:or)?d|passphrase|token|key_id|access_?key|credential|api_?key"
+    r"|private_?key|signature|(?<![a-z0-9])(?:sig|pwd)(?![a-z0-9])",
+    re.IGNORECASE,
+)
+MIN_SECRET_LENGTH = 8
+ANYWHERE_LENGTH = 12
+
+# scheme://user:PASSWORD@ (a password may hold '/', ':' or '?': SQLAlchemy takes all up to '@')
+_USERINFO = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"<>]*:)(?P<secret>[^\s@'\"<>]*)(?P<tail>@)"
+)
+# name=VALUE in a query string or a key-value connection string
+_PAIR = re.compile(
+    r"(?P<head>(?<![\w.\-])(?P<name>[A-Za-z][\w.\-]*)\s*=\s*)"
+    r"(?P<secret>'[^']*'|\"[^\"]*\"|[^\s&;,#'\"<>)\]}]*[^\s&;,#'\"<>)\]}:.])"
+)
+# 'name': 'VALUE' (a mapping printed as text: repr or JSON)
+_QUOTED_PAIR = re.compile(
+    r"(?P<head>(?P<q>['\"])(?P<name>[^'\"\s]+)(?P=q)\s*:\s*)(?P<secret>'[^']*'|\"[^\"]*\")"
+)
+_AUTH_SCHEME = re.compile(
+    r"(?P<head>\bAuthorization['\"]?\s*[:=]\s*['\"]?(?:Bearer|Basic|Token)\s+)"
+    r"(?P<secret>[A-Za-z0-9._~+/=\-]+)",
+    re.IGNORECASE,
+)
+_NOT_SECRETS = frozenset({"true", "false", "none", "null", MASK})
+_NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})  # the shell's folders, not a password
+
+_learnt: set[str] = set()
+_lock = threading.Lock()
+_pattern_cache: dict[frozenset[str], re.Pattern[str] | None] = {}
+
+
+def looks_like_credential(name: str) -> bool:
+    """True when ``name`` (a key, a dotted key, a variable's name) names a secret."""
+    return CREDENTIAL_PATTERN.search(name) is not None
+
+
+def redact(value: Any) -> Any:
+    """A masked copy of ``value`` (see the module docstring): a string, a mapping (a new
+    ``dict``), a list or tuple (same type), each nested value masked; anything else as it is.
+    Secrets met on the way are learnt for later calls."""
+    if isinstance(value, str):
+        return _redact_text(value)
+    if isinstance(value, Mapping):
+        return {key: _redact_item(str(key), item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        masked = [redact(item) for item in value]
+        if isinstance(value, list):
+            return masked
+        return type(value)(*masked) if hasattr(value, "_fields") else type(value)(masked)
+    return value
+
+
+def learn_secrets(value: Any) -> None:
+    """Learn the secrets in ``value`` (as :func:`redact` does) without masking anything: for
+    a process that holds a setting before it writes anything of it."""
+    redact(value)
+
+
+def _redact_item(key: str, item: Any) -> Any:
+    if not looks_like_credential(key) or item is None or isinstance(item, bool) or item == "":
+        return redact(item)
+    _learn_all(item)
+    return MASK
+
+
+def _learn_all(item: Any) -> None:
+    if isinstance(item, Mapping):
+        for nested in item.values():
+            _learn_all(nested)
+    elif isinstance(item, list | tuple):
+        for nested in item:
+            _learn_all(nested)
+    elif item is not None and not isinstance(item, bool):
+        _learn(str(item))
+
+
+def _learn(secret: str) -> None:
+    secret = secret.strip().strip("'\"")
+    if len(secret) < MIN_SECRET_LENGTH or secret.lower() in _NOT_SECRETS or MASK in secret:
+        return
+    forms = {secret, unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")}
+    with _lock:
+        _learnt.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
+
+
+def _mask_group(match: re.Match[str]) -> str:
+    _learn(match["secret"])
+    return f"{match['head']}{MASK}{match.groupdict().get('tail') or ''}"
+
+
+def _mask_named(match: re.Match[str]) -> str:
+    if not looks_like_credential(match["name"]):
+        return match[0]
+    secret = match["secret"]
+    quote_char = secret[0] if secret[:1] in ("'", '"') else ""
+    _learn(secret)
+    return f"{match['head']}{quote_char}{MASK}{quote_char}"
+
+
+def _redact_text(text: str) -> str:
+    _learn_environment()
+    if "://" in text:
+        text = _USERINFO.sub(_mask_group, text)
+    if "=" in text:
+        text = _PAIR.sub(_mask_named, text)
+    if ":" in text and ("'" in text or '"' in text):
+        text = _QUOTED_PAIR.sub(_mask_named, text)
+    if "uthorization" in text:
+        text = _AUTH_SCHEME.sub(_mask_group, text)
+    pattern = _literal_pattern()
+    return text if pattern is None else pattern.sub(MASK, text)
+
+
+def _learn_environment() -> None:
+    """The secrets of the environment: credential variables' values, URI passwords."""
+    for name, value in list(os.environ.items()):
+        if not value:
+            continue
+        if looks_like_credential(name) and name not in _NOT_SECRET_VARIABLES:
+            _learn(value)
+        elif "://" in value and "@" in value:
+            for match in _USERINFO.finditer(value):
+                _learn(match["secret"])
+
+
+def _literal_pattern() -> re.Pattern[str] | None:
+    with _lock:
+        secrets = frozenset(_learnt)
+    if secrets not in _pattern_cache:
+        parts = []
+        for secret in sorted(secrets, key=len, reverse=True):  # the longest form first
+            escaped = re.escape(secret)
+            if len(secret) < ANYWHERE_LENGTH:  # a short one only as a whole word
+                escaped = rf"(?<![A-Za-z0-9_]){escaped}(?![A-Za-z0-9_])"
+            parts.append(escaped)
+        _pattern_cache.clear()
+        _pattern_cache[secrets] = re.compile("|".join(parts)) if parts else None
+    return _pattern_cache[secrets]
+
+
+class RedactSecrets(logging.Filter):
+    """A handler's filter that masks every record: its message, its traceback, its stack."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a broken format: leave it to the handler
+            return True
+        masked = _redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = _redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = _redact_text(record.stack_info)
+        return True
+
+
+class _StderrHandler(logging.StreamHandler):
+    """What Python's last-resort handler does (warnings and errors, the bare message, to the
+    current ``sys.stderr``), as a handler that can carry a filter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setLevel(logging.WARNING)
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
+def redact_logging() -> None:
+    """Mask every log record and warning this process prints: :class:`RedactSecrets` on every
+    handler present (the root logger gets a last-resort-like one when it has none) and on
+    Python's warning text. Idempotent; call again after a library added its own handlers."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(_StderrHandler())
+    loggers = [root] + [
+        logger
+        for logger in logging.root.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger)
+    ]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+                handler.addFilter(RedactSecrets())
+    if not getattr(warnings.formatwarning, "redacts", False):
+        original = warnings.formatwarning
+
+        def formatwarning(*args: Any, **kwargs: Any) -> str:
+            return _redact_text(original(*args, **kwargs))
+
+        formatwarning.redacts = True  # type: ignore[attr-defined]
+        warnings.formatwarning = formatwarning
+
+
+__all__ = [
+    "ANYWHERE_LENGTH",
+    "CREDENTIAL_PATTERN",
+    "MASK",
+    "MIN_SECRET_LENGTH",
+    "RedactSecrets",
+    "learn_secrets",
+    "looks_like_credential",
+    "redact",
+    "redact_logging",
+]
