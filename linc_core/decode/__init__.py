@@ -8,11 +8,13 @@ result.routes    # B verifier-ready solutions
 
 from linc_core.decode.api import DecodeResult, actions_to_solution, decode, exact_length
 from linc_core.decode.config import DECODE_METHODS, DecodeConfig
+from linc_core.decode.deadline import DeadlineExceeded
 
 __all__ = [
     "DECODE_METHODS",
     "DecodeConfig",
     "DecodeResult",
+    "DeadlineExceeded",
     "actions_to_solution",
     "decode",
     "exact_length",

@@ -80,6 +80,7 @@ def decode(
     config: DecodeConfig,
     *,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> DecodeResult:
     """Decode a batch of B same-size instances with ``config``'s method and budget.
 
@@ -93,6 +94,8 @@ def decode(
             recomputed in float64 on the instances as given).
         config: method and budget.
         progress: called with the number of rollouts completed after each chunk.
+        deadline: an instant of ``time.monotonic()``; past it, decoding stops within one
+            decision and raises ``linc_core.decode.deadline.DeadlineExceeded``.
 
     Returns:
         ``DecodeResult``.
@@ -117,6 +120,7 @@ def decode(
             seed=config.seed,
             max_rollouts_per_chunk=config.max_rollouts_per_chunk,
             progress=counter,
+            deadline=deadline,
         )
         greedy_start = greedy_start_rows
     else:
@@ -137,6 +141,7 @@ def decode(
             seed=config.seed,
             max_rollouts_per_chunk=config.max_rollouts_per_chunk,
             progress=counter,
+            deadline=deadline,
         )
     seconds = time.perf_counter() - began
     return _collect(instances, best, config.augment, seconds, counter.total, greedy_start)

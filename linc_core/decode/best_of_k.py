@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
+from linc_core.decode.deadline import check_deadline, with_deadline
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
@@ -145,12 +146,14 @@ def decode_best_of_k(
     seed: int,
     max_rollouts_per_chunk: int,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> BestRollouts:
     """Best of ``num_rollouts`` rollouts per row (sampled or greedy), in chunks of bounded size.
 
     Rows are split into groups of ``max(1, max_rollouts_per_chunk // K)``; when K alone
     exceeds the bound, each row's rollouts are split into blocks too (the encoder then runs
-    once per block, a small price next to the decoding steps).
+    once per block, a small price next to the decoding steps). Past ``deadline``
+    (``linc_core.decode.deadline``) it raises ``DeadlineExceeded`` within one decision.
     """
     device = rows.instance.device
     best = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)
@@ -159,6 +162,7 @@ def decode_best_of_k(
     rows_per_chunk = max(1, max_rollouts_per_chunk // block)
     sample_seeds = rows.seeds(seed, "sample").to(device)
     for first in range(0, rows.count, rows_per_chunk):
+        check_deadline(deadline)
         chunk = rows.select(slice(first, first + rows_per_chunk))
         z_all = chunk.z(num_rollouts, z_dim, seed) if z_dim > 0 else None
         encoded = policy.encode(chunk.instance)
@@ -174,7 +178,7 @@ def decode_best_of_k(
             if sample:
                 pick = keyed_sampler(rollout_keys(sample_seeds[first : first + chunk.count], k0, k))
             chooser = PolicyChooser(policy, env, encoded, z, pick, track_log_likelihood=False)
-            final, actions = complete_rollouts(env, chooser, state)
+            final, actions = complete_rollouts(env, with_deadline(chooser, deadline), state)
             best.offer(first, final.cost, torch.cat([prefix, actions], dim=-1))
             if progress is not None:
                 progress(chunk.count * k)

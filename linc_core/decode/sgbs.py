@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from linc_core.decode.best_of_k import BestRollouts, Rows, rollout_capacity
+from linc_core.decode.deadline import check_deadline, with_deadline
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
 from linc_core.model.sampling import greedy
@@ -54,6 +55,7 @@ def sgbs_rows(
     seed: int,
     max_rollouts_per_chunk: int,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> tuple[BestRollouts, Tensor]:
     """SGBS on every row, rows chunked so that at most ``max_rollouts_per_chunk`` rollouts
     (initial rollouts or simulations) run at once.
@@ -82,6 +84,7 @@ def sgbs_rows(
             initial_rollouts=initial_rollouts,
             seed=seed,
             progress=progress,
+            deadline=deadline,
         )
         greedy_start[first : first + chunk.count] = start_cost
     return incumbent, greedy_start
@@ -93,10 +96,11 @@ def _greedy_completion(
     encoded: Encoded,
     state: RolloutState,
     z: Tensor | None,
+    deadline: float | None,
 ) -> tuple[RolloutState, Tensor]:
     """Greedy completion of every rollout of ``state`` (a simulation)."""
     chooser = PolicyChooser(policy, env, encoded, z, greedy, track_log_likelihood=False)
-    return complete_rollouts(env, chooser, state)
+    return complete_rollouts(env, with_deadline(chooser, deadline), state)
 
 
 def _sgbs_chunk(
@@ -110,6 +114,7 @@ def _sgbs_chunk(
     initial_rollouts: int,
     seed: int,
     progress: Callable[[int], None] | None,
+    deadline: float | None,
 ) -> Tensor:
     instance = rows.instance
     r = rows.count
@@ -122,7 +127,7 @@ def _sgbs_chunk(
     z_all = rows.z(initial_rollouts, z_dim, seed) if z_dim > 0 else None
     starts = pomo_starts(instance, initial_rollouts) if z_dim == 0 else None
     root, prefix = start_rollouts(env, starts)
-    final, actions = _greedy_completion(policy, env, encoded, root, z_all)
+    final, actions = _greedy_completion(policy, env, encoded, root, z_all, deadline)
     incumbent.offer(first_row, final.cost, _pad_cat(prefix, actions))
     if progress is not None:
         progress(r * initial_rollouts)
@@ -143,6 +148,7 @@ def _sgbs_chunk(
     for _ in range(env.max_steps + 1):
         if bool(beam_state.finished.all()):
             break
+        check_deadline(deadline)
         w = beam_state.current.shape[1]
         beam_chooser = PolicyChooser(
             policy, env, encoded, beam_z, greedy, track_log_likelihood=False
@@ -156,7 +162,9 @@ def _sgbs_chunk(
         child_action = torch.where(valid, top_action[..., 1:], greedy_action.unsqueeze(-1))
         child_state = env.step(beam_state.repeat(others), child_action.flatten(1))
         child_z = beam_z.repeat_interleave(others, dim=1) if beam_z is not None else None
-        simulated, completion = _greedy_completion(policy, env, encoded, child_state, child_z)
+        simulated, completion = _greedy_completion(
+            policy, env, encoded, child_state, child_z, deadline
+        )
         if progress is not None:
             progress(r * w * others)
         sim_cost = simulated.cost.masked_fill(~valid.flatten(1), float("inf"))  # [R, W(E-1)]

@@ -166,6 +166,7 @@ def evaluate_policy(
     pyvrp: Mapping[str, float] | None = None,
     method: str | None = None,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> Evaluation:
     """Decode, verify and score instances: the library entry point of evaluation.
 
@@ -178,6 +179,8 @@ def evaluate_policy(
         bks: best-known cost by instance name, or one per instance in order.
         pyvrp: PyVRP cost by instance name.
         progress: called with rollouts completed (drives a progress bar).
+        deadline: an instant of ``time.monotonic()`` past which decoding stops, raising
+            ``linc_core.decode.DeadlineExceeded`` (see ``decode``).
     """
     singles = _as_singles(instances)
     names = [s.names[0] for s in singles]
@@ -193,7 +196,7 @@ def evaluate_policy(
     for size in sorted({s.num_nodes for s in singles}):
         members = [i for i, s in enumerate(singles) if s.num_nodes == size]
         batch = Instance.concat([singles[i] for i in members])
-        result = decode(policy, batch, config, progress=progress)
+        result = decode(policy, batch, config, progress=progress, deadline=deadline)
         total_seconds += result.seconds
         rollouts += result.rollouts
         for j, i in enumerate(members):

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -114,6 +115,7 @@ class Instance:
         grid_size: object | None = None,
         names: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
+        source: str | None = None,
     ) -> Instance:
         """Build a batch from array-likes, filling the fields a problem does not use.
 
@@ -121,7 +123,25 @@ class Instance:
         the other fields follow the same leading dims. Scalars per instance (capacity,
         travel_time_scale, grid_size) may be given as Python numbers. ``service_time`` may be
         ``[B]`` (one duration per instance, applied to customers; the depot gets 0).
+
+        With ``source`` (data from outside, e.g. a served request's row), every given field
+        must be numbers of its expected shape, else :class:`InstanceError` names ``source``,
+        the field and what it got; the data checks are
+        :func:`linc_core.instances.validation.instance_from_arrays`'s.
         """
+        if source is not None:
+            given = {
+                "demand": demand,
+                "capacity": capacity,
+                "time_windows": time_windows,
+                "service_time": service_time,
+                "travel_time_scale": travel_time_scale,
+                "grid_size": grid_size,
+            }
+            locs, checked = _checked_arrays(source, locs, given)
+            demand, capacity = checked["demand"], checked["capacity"]
+            time_windows, service_time = checked["time_windows"], checked["service_time"]
+            travel_time_scale, grid_size = checked["travel_time_scale"], checked["grid_size"]
         locs_t = torch.as_tensor(locs, dtype=dtype)
         single = locs_t.dim() == 2
         if single:
@@ -258,6 +278,58 @@ class Instance:
             names=names,
             **{f: torch.cat([getattr(b, f) for b in batches]) for f in TENSOR_FIELDS},
         )
+
+
+_PER_INSTANCE = ("capacity", "travel_time_scale", "grid_size")
+
+
+def _numbers(value: object, source: str, field: str) -> np.ndarray:
+    """``value`` as a float64 array; anything else (text, ragged lists) names the field."""
+    try:
+        nested = value.tolist() if isinstance(value, np.ndarray) else value
+        array = np.array(nested, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as err:
+        shown = value if isinstance(value, int | float | str) else type(value).__name__
+        raise InstanceError(
+            source, field, str(shown)[:40], "not numbers of one regular shape"
+        ) from err
+    return array
+
+
+def _checked_arrays(
+    source: str, locs: object, given: dict[str, object | None]
+) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+    """``locs`` and the ``given`` fields as float64 arrays whose shapes fit one another
+    (see :meth:`Instance.from_arrays`); a shape that does not is an :class:`InstanceError`."""
+    locs_a = _numbers(locs, source, "locs")
+    if locs_a.ndim not in (2, 3) or locs_a.shape[-1] != 2 or locs_a.shape[-2] < 1:
+        raise InstanceError(
+            source, "locs", f"shape {list(locs_a.shape)}", "expected [N, 2] coordinates"
+        )
+    single = locs_a.ndim == 2
+    b, n = (1, locs_a.shape[0]) if single else locs_a.shape[:2]
+    lead = () if single else (b,)
+    allowed = {
+        "demand": [(*lead, n)],
+        "service_time": [(*lead, n), (), *([] if single else [(b,)])],
+        "time_windows": [(*lead, n, 2)],
+        **{name: [(), (b,)] for name in _PER_INSTANCE},
+    }
+    checked: dict[str, np.ndarray | None] = {}
+    for name, value in given.items():
+        if value is None:
+            checked[name] = None
+            continue
+        array = _numbers(value, source, name)
+        if array.shape not in allowed[name]:
+            shapes = " or ".join(
+                str(list(shape)) if shape else "a number" for shape in allowed[name]
+            )
+            raise InstanceError(
+                source, name, f"shape {list(array.shape)}", f"expected {shapes} for {n} nodes"
+            )
+        checked[name] = array
+    return locs_a, checked
 
 
 def truncate_customers(instance: Instance, num_customers: int) -> Instance:

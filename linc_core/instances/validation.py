@@ -10,7 +10,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from linc_core.instances.batch import Instance, InstanceError
+from linc_core.instances.batch import Instance, InstanceError, ProblemKind
+from linc_core.instances.reading import DEFAULT_READER_DTYPE
+
+# Largest magnitude of a coordinate, capacity, time or service time: the models decode in
+# float32 and normalise by the largest coordinate and the horizon; a finite float64 such as
+# 1e300 becomes inf there, and the features NaN. Benchmark data stays below 1e7.
+MAX_MAGNITUDE = 1e9
 
 # Relative slack used by the "servable alone" check, for float noise only (same rule as the
 # verifier documents; kept separate so the two modules share no code).
@@ -20,17 +26,35 @@ _FEASIBILITY_TOLERANCE = 1e-9
 def _plain(value: float) -> float | int:
     """Show integral floats as ints in error messages (``-10`` rather than ``-10.0``)."""
     as_float = float(value)
-    return int(as_float) if as_float.is_integer() else as_float
+    return int(as_float) if as_float.is_integer() and abs(as_float) < 1e15 else as_float
 
 
 def _exceeds(value: float, limit: float) -> bool:
     return value > limit + _FEASIBILITY_TOLERANCE * max(1.0, abs(limit))
 
 
+def instance_from_arrays(
+    problem: ProblemKind, source: str, locs: object, **fields: object
+) -> Instance:
+    """An instance given as arrays from outside (a served request's row), read as a file is:
+    ``Instance.from_arrays(problem, locs, source=source, dtype=float64, **fields)`` (numbers of
+    the expected shapes) and :func:`validate_instance` (the data checks every reader runs).
+
+    Raises:
+        InstanceError: naming ``source``, the field and its value or shape.
+    """
+    instance = Instance.from_arrays(
+        problem, locs, source=source, dtype=DEFAULT_READER_DTYPE, **fields
+    )  # type: ignore[arg-type]
+    validate_instance(instance, source)
+    return instance
+
+
 def validate_instance(instance: Instance, source: str) -> None:
     """Check an instance's data, raising on the first problem found.
 
-    Checks, per batch row: finite coordinates; for CVRP/CVRPTW a finite positive capacity, no
+    Checks, per batch row: at least one customer (city); finite coordinates within
+    ``MAX_MAGNITUDE``; for CVRP/CVRPTW a finite positive capacity, no
     negative demand, a zero depot demand and no demand above capacity; for CVRPTW also finite
     non-negative service times, ``ready <= due`` for every node, and that each customer ``k``
     can be served on a route of its own using exact float distances:
@@ -64,15 +88,24 @@ def _validate_row(instance: Instance, row: int, source: str) -> None:
         return getattr(instance, name)[row].detach().cpu().to(torch.float64).numpy()
 
     locs = arr("locs")
+    if instance.num_customers < 1:
+        raise InstanceError(source, "locs", f"{instance.num_nodes} nodes", "no customer")
     bad = _first_index(~np.isfinite(locs).all(axis=1))
     if bad is not None:
         raise InstanceError(source, f"locs[{bad}]", locs[bad].tolist(), "non-finite coordinate")
+    bad = _first_index((np.abs(locs) > MAX_MAGNITUDE).any(axis=1))
+    if bad is not None:
+        raise InstanceError(
+            source, f"locs[{bad}]", locs[bad].tolist(), f"a coordinate beyond +-{MAX_MAGNITUDE:g}"
+        )
     if instance.problem == "tsp":
         return
 
     capacity = float(arr("capacity"))
-    if not (np.isfinite(capacity) and capacity > 0):
-        raise InstanceError(source, "capacity", _plain(capacity), "must be finite and positive")
+    if not (np.isfinite(capacity) and 0 < capacity <= MAX_MAGNITUDE):
+        raise InstanceError(
+            source, "capacity", _plain(capacity), f"must be positive and at most {MAX_MAGNITUDE:g}"
+        )
     demand = arr("demand")
     bad = _first_index(~np.isfinite(demand) | (demand < 0))
     if bad is not None:
@@ -97,18 +130,28 @@ def _validate_time_windows(instance: Instance, row: int, source: str, locs: np.n
     windows = instance.time_windows[row].detach().cpu().to(torch.float64).numpy()
     service = instance.service_time[row].detach().cpu().to(torch.float64).numpy()
     alpha = float(instance.travel_time_scale[row])
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise InstanceError(source, "travel_time_scale", alpha, "must be finite and positive")
-    bad = _first_index(~np.isfinite(service) | (service < 0))
+    if not (np.isfinite(alpha) and 0 < alpha <= MAX_MAGNITUDE):
+        raise InstanceError(
+            source, "travel_time_scale", alpha, f"must be positive and at most {MAX_MAGNITUDE:g}"
+        )
+    bad = _first_index(~np.isfinite(service) | (service < 0) | (service > MAX_MAGNITUDE))
     if bad is not None:
         raise InstanceError(
             source,
             f"service_time[{bad}]",
             _plain(service[bad]),
-            "negative or non-finite service time",
+            f"negative, non-finite or beyond {MAX_MAGNITUDE:g} service time",
         )
     ready, due = windows[:, 0], windows[:, 1]
-    bad = _first_index(np.isnan(windows).any(axis=1) | (ready > due))
+    bad = _first_index(~(np.abs(windows) <= MAX_MAGNITUDE).all(axis=1))
+    if bad is not None:
+        raise InstanceError(
+            source,
+            f"time_windows[{bad}]",
+            [_plain(ready[bad]), _plain(due[bad])],
+            f"a time that is not finite or beyond +-{MAX_MAGNITUDE:g}",
+        )
+    bad = _first_index(ready > due)
     if bad is not None:
         raise InstanceError(
             source,

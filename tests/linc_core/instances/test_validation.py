@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from linc_core.instances import Instance, InstanceError, read_solomon, validate_instance
+from linc_core.instances.validation import instance_from_arrays
 from tests.instance_helpers import assert_names, edit_solomon_row, solomon_text, write_file
 
 
@@ -68,3 +70,72 @@ def test_validate_instance_names_the_batch_row() -> None:
         validate_instance(batch, "generated")
     assert err.value.field == "demand[2]" and err.value.value == 5
     assert "row 1: heavy" in str(err.value)
+
+
+# Array rows (a served request's): the same checks as a file's, plus numbers and shapes.
+ROW = {
+    "locs": [[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]],
+    "demand": [0.0, 2.0, 3.0],
+    "capacity": 10.0,
+    "time_windows": [[0.0, 100.0], [0.0, 50.0], [10.0, 60.0]],
+    "service_time": [0.0, 1.0, 1.0],
+}
+NAN, INF = float("nan"), float("inf")
+
+
+def test_an_array_row_is_read_like_a_file() -> None:
+    instance = instance_from_arrays("cvrptw", "row 0", names=["r"], **ROW)
+    assert instance.num_customers == 2 and instance.names == ("r",)
+    assert instance.locs.dtype == torch.float64  # as the readers give it
+    assert instance_from_arrays("cvrp", "row 0", ROW["locs"], demand=ROW["demand"], capacity=5)
+    assert instance_from_arrays("tsp", "row 0", ROW["locs"]).num_customers == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "value", "problem"),
+    [
+        ({"capacity": -10.0}, "capacity", -10, "must be positive"),
+        ({"capacity": 0.0}, "capacity", 0, "must be positive"),
+        ({"capacity": INF}, "capacity", INF, "must be positive"),
+        ({"capacity": 1e300}, "capacity", 1e300, "at most 1e+09"),
+        ({"demand": [0.0, -4.0, 3.0]}, "demand[1]", -4, "negative"),
+        ({"demand": [0.0, 2.0, NAN]}, "demand[2]", None, "non-finite"),
+        ({"demand": [0.0, 11.0, 3.0]}, "demand[1]", 11, "exceeds the vehicle capacity"),
+        ({"locs": [[0.0, 0.0], [NAN, 4.0], [6.0, 8.0]]}, "locs[1]", None, "non-finite"),
+        ({"locs": [[0.0, 0.0], [3.0, 4.0], [1e300, 8.0]]}, "locs[2]", [1e300, 8.0], "beyond"),
+        (
+            {"time_windows": [[0.0, 100.0], [60.0, 50.0], [10, 60]]},
+            "time_windows[1]",
+            [60, 50],
+            "ready time is after the due time",
+        ),  # fmt: skip
+        (
+            {"time_windows": [[0.0, INF], [0.0, 50.0], [10, 60]]},
+            "time_windows[0]",
+            [0, INF],
+            "not finite",
+        ),  # fmt: skip
+        ({"service_time": [0.0, -1.0, 1.0]}, "service_time[1]", -1, "negative"),
+        ({"demand": [0.0, 2.0]}, "demand", "shape [2]", "expected [3] for 3 nodes"),
+        ({"time_windows": [[0.0, 100.0]]}, "time_windows", "shape [1, 2]", "expected [3, 2]"),
+        ({"locs": [[0.0, 0.0, 0.0]]}, "locs", "shape [1, 3]", "expected [N, 2]"),
+        ({"locs": [[0.0, 0.0], [1.0]]}, "locs", "list", "not numbers of one regular shape"),
+        ({"capacity": "ten"}, "capacity", "ten", "not numbers"),
+        ({"capacity": [1.0, 2.0]}, "capacity", "shape [2]", "expected a number or [1]"),
+    ],
+)
+def test_a_bad_array_row_is_one_error_naming_the_field(change, field, value, problem) -> None:
+    with pytest.raises(InstanceError) as err:
+        instance_from_arrays("cvrptw", "row 3 (mine)", **(ROW | change))
+    message = str(err.value)
+    assert message.startswith(f"row 3 (mine): field '{field}' = ") and problem in message
+    assert "\n" not in message
+    if value is not None:
+        assert err.value.value == value
+
+
+def test_a_row_without_customers_is_refused() -> None:
+    with pytest.raises(InstanceError, match="no customer"):
+        instance_from_arrays("cvrp", "row 0", [[0.0, 0.0]], demand=[0.0], capacity=1.0)
+    with pytest.raises(InstanceError, match="expected"):
+        instance_from_arrays("tsp", "row 0", [])
