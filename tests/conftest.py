@@ -8,7 +8,9 @@ line naming the folders looked in and the variable to set; it never skips. From 
     export LINC_DATA_DIR=/work/shared/data LINC_GOLDEN_DIR=/work/shared/spec/golden
 
 Tiny models (``tiny_configs``, ``tiny_policy``, ``tiny_checkpoint``): one small network size for
-every test whose claim does not depend on width (exact equalities, invariances, feasibility).
+every test whose claim does not depend on width (exact equalities, invariances, feasibility);
+``tiny_policy_model`` is one as linc's MLflow pyfunc model, and ``served_model`` runs a real
+``mlflow models serve`` of a model on loopback.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +205,69 @@ def tiny_checkpoint(path: Path) -> Path:
         data_id="test",
     )
     return save_checkpoint(path, payload)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_model(tmp_path_factory) -> Path:
+    """``tiny_checkpoint()`` saved as linc's pyfunc policy model (the code, artifact, code path
+    and signature :func:`orchestration.tracking.registry.register_run` logs): its folder."""
+    import mlflow
+
+    import linc_core
+    from orchestration.tracking.registry import POLICY_MODEL_CODE, signature
+
+    folder = tmp_path_factory.mktemp("policy-model")
+    checkpoint = tiny_checkpoint(folder / "checkpoint" / "checkpoint.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        mlflow.pyfunc.save_model(
+            str(folder / "model"),
+            python_model=str(POLICY_MODEL_CODE),
+            artifacts={"checkpoint": str(checkpoint)},
+            code_paths=[str(Path(linc_core.__file__).parent)],
+            signature=signature(),
+        )
+    return folder / "model"
+
+
+@dataclasses.dataclass
+class ServedModel:
+    """A running ``mlflow models serve``: its base URL and process (the group's leader)."""
+
+    url: str
+    process: subprocess.Popen
+
+
+@contextmanager
+def served_model(
+    model_uri: str, env: dict[str, str] | None = None, seconds: float = 180
+) -> Iterator[ServedModel]:
+    """``mlflow models serve -m model_uri --env-manager local`` on a free port of 127.0.0.1,
+    with ``env`` added to the environment; yields once ``/ping`` answers, stops it after."""
+    from faults.servers import free_port
+
+    port = free_port()
+    bin_dir = Path(sys.executable).parent  # where uvicorn is, for mlflow's scoring server
+    environ = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"} | (env or {})
+    command = [str(bin_dir / "mlflow"), "models", "serve", "-m", model_uri]
+    options = ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    server = subprocess.Popen(
+        [*command, *options], env=environ, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            assert server.poll() is None, f"mlflow models serve -m {model_uri} ended"
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=5):  # noqa: S310 - loopback
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, f"no /ping answer within {seconds} s"
+                time.sleep(0.5)
+        yield ServedModel(url, server)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=60)

@@ -76,7 +76,7 @@ def signature() -> Any:
     outputs = Schema(
         [
             ColSpec("string", "name"),
-            ColSpec("double", "cost"),
+            ColSpec("double", "cost", required=False),  # null: no feasible route found
             ColSpec("boolean", "feasible"),
             ColSpec("string", "violations"),
             ColSpec("string", "routes"),

@@ -1,0 +1,117 @@
+"""The pyfunc policy model (``orchestration.tracking.policy_model``) called from Python: its
+limits from the environment, every input form MLflow passes on, answers that are JSON.
+(Served over HTTP, under attack: tests/security/test_served_model_bounds.py.)"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import warnings
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.pyfunc.scoring_server import predictions_to_json
+
+from linc_core.evaluate.scoring import EvalRow, Evaluation
+from linc_core.train.data import generate
+from orchestration.tracking.policy_model import ServingLimits, answer_frame, answer_row
+
+SMALL = {"method": "sampling", "num_z": 2, "augment": 1, "seed": 0}
+
+
+def load(path, monkeypatch, **env: str):
+    """The model at ``path`` loaded with ``LINC_SERVE_*`` variables ``env`` set."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mlflow.pyfunc.load_model(str(path))
+
+
+def arrays(customers: int, seed: int = 5) -> dict:
+    instance = generate("cvrptw", 1, customers, seed=seed)
+    return {
+        "locs": instance.locs[0].tolist(),
+        "demand": instance.demand[0].tolist(),
+        "capacity": float(instance.capacity[0]),
+        "time_windows": instance.time_windows[0].tolist(),
+        "service_time": instance.service_time[0].tolist(),
+    }
+
+
+def test_the_limits_come_from_the_environment_with_safe_defaults() -> None:
+    defaults = ServingLimits.from_environment({})
+    assert defaults == ServingLimits()
+    assert (defaults.max_request_bytes, defaults.max_customers) == (4_000_000, 1000)
+    given = {"LINC_SERVE_MAX_ROWS": "3", "LINC_SERVE_DEADLINE_SECONDS": "2.5"}
+    assert ServingLimits.from_environment(given).max_rows == 3
+    assert ServingLimits.from_environment(given).deadline_seconds == 2.5
+    # no decoding after MLflow's own timeout has answered the client (504)
+    clamped = {"MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT": "10"}
+    assert ServingLimits.from_environment(clamped).deadline_seconds == 10
+    for bad in ("-1", "0", "many", "inf"):
+        with pytest.raises(ValueError, match=f"^LINC_SERVE_MAX_BUDGET='{bad}': expected a pos"):
+            ServingLimits.from_environment({"LINC_SERVE_MAX_BUDGET": bad})
+
+
+def test_every_input_form_answers_or_says_what_to_send(
+    tiny_policy_model, monkeypatch, data_dir
+) -> None:
+    model = load(tiny_policy_model, monkeypatch)
+    row = arrays(6)
+    lines = (data_dir / "solomon100" / "C101.txt").read_text().splitlines()
+    text = "\n".join(lines[: next(i for i, x in enumerate(lines) if x.split()[:1] == ["6"]) + 1])
+    answers = {
+        "frame": model.predict(pd.DataFrame([row, arrays(6, seed=6)]), params=SMALL),
+        "records": model.predict([row, arrays(6, seed=6)], params=SMALL),
+        "one record": model.predict(row, params=SMALL),
+        # (MLflow takes a dict as one row when its signature has array columns: columns of
+        # texts are read as columns here, columns of arrays MLflow itself refuses)
+        "dict of columns": model.predict({"instance": [text, text], "name": ["a", "b"]}, SMALL),
+    }
+    assert list(answers["dict of columns"]["name"]) == ["a", "b"]
+    for form, answer in answers.items():
+        assert len(answer) == (1 if form == "one record" else 2), form
+        assert answer["feasible"].all() and answer["cost"].map(math.isfinite).all(), form
+    # MLflow drops a bare list of texts (no column its signature names): one line, not []
+    with pytest.raises(ValueError, match=r"^no rows: .*send \{'instance': \[texts\]\}"):
+        model.predict(["NAME : x\nTYPE : CVRP\n"], params=SMALL)
+    with pytest.raises(ValueError, match=r"^row 0: neither 'instance' .* nor 'locs'"):
+        model.predict(pd.DataFrame({"name": ["x"]}), params=SMALL)
+
+
+def test_the_limits_refuse_in_one_line_before_decoding(tiny_policy_model, monkeypatch) -> None:
+    model = load(
+        tiny_policy_model, monkeypatch, LINC_SERVE_MAX_ROWS="1", LINC_SERVE_MAX_CUSTOMERS="5"
+    )
+    cases = {
+        "rows": ([arrays(3), arrays(3)], SMALL, "2 rows: more than 1 (LINC_SERVE_MAX_ROWS)"),
+        "customers": ([arrays(6)], SMALL, "row 0: 6 customers, more than 5"),
+        "budget": ([arrays(5)], {"num_z": 65536, "augment": 8}, "LINC_SERVE_MAX_BUDGET"),
+        "augment": ([arrays(5)], {"augment": 3}, "params: augment = 3: expected 1 or 8"),
+        "num_z": ([arrays(5)], {"num_z": 65537}, "params: num_z = 65537: expected 1 to 65536"),
+        "method": ([arrays(5)], {"method": "exhaustive"}, "params: method 'exhaustive'"),
+    }
+    for name, (rows, params, line) in cases.items():
+        with pytest.raises(MlflowException) as refused:
+            model.predict(rows, params=params)
+        assert line in refused.value.message and refused.value.get_http_status_code() == 400, name
+        assert "\n" not in refused.value.message
+
+
+def test_an_infeasible_answer_is_json_with_a_null_cost() -> None:
+    nan = math.nan
+    row = EvalRow("bad", "LINC", 3, False, nan, nan, 2, nan, nan, nan, nan, 0.1, "infeasible (x)")
+    answer = answer_row(Evaluation([row], {}, {"bad": [[1], [2, 3]]}))
+    assert answer["cost"] is None and answer["routes"] == "[[1], [2, 3]]"
+    written = io.StringIO()
+    predictions_to_json(answer_frame([answer]), written)  # what MLflow's server sends
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    (sent,) = json.loads(written.getvalue(), parse_constant=refuse)["predictions"]
+    assert sent["cost"] is None and sent["feasible"] is False
