@@ -192,9 +192,16 @@ def test_a_sweep_and_a_search_leave_no_secret_anywhere(guarded_postgres, tmp_pat
             ("ray session logs", ray_temp),
         ):
             scanned[name], hits[name] = hits_in_files(folder)
+        # the trials' artifacts were among them: the direct store's (./mlruns of the command)
+        # and the server's
+        for folder in (work / "mlruns", server.folder / "artifacts"):
+            assert any(path.name == "config.json" for path in folder.rglob("*")), folder
         console = (sweep_console + search_console).encode()
         scanned["console"], hits["console"] = 3, [f for f in SECRET_FORMS if f in console]
         print(f"\nscanned: {scanned}\nhits: {hits}")
+        # not linc's: the server was started with the password on its command line
+        server_log = (server.folder / "server.log").read_bytes()
+        print(f"mlflow server's own log: {sum(server_log.count(f) for f in SECRET_FORMS)} hits")
         assert sum(scanned.values()) > 100
         assert not any(hits.values()), hits
         assert "postgresql+psycopg2://linc:***@" in sweep_console  # the store named, masked
