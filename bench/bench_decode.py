@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from linc_core.config import ModelConfig
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance, read_solomon
 from linc_core.instances.benchmarks import data_dir
 from linc_core.model import LincPolicy

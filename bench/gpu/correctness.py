@@ -26,7 +26,7 @@ from bench.gpu.rows import (
     solomon,
     variant_setup,
 )
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.presets import ABLATION_VARIANTS
 from linc_core.train import train_step
 from linc_core.train.data import generate

@@ -19,7 +19,7 @@ import torch
 
 from bench.gpu.rows import FAIL, PASS, CheckContext, Row, not_run, seeded_policy, solomon
 from bench.gpu.rows import variant_setup as setup
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.train import train_step
 from linc_core.train.data import generate
 

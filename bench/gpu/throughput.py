@@ -39,7 +39,7 @@ from bench.gpu.rows import (
     variant_setup,
 )
 from linc_core.config import ModelConfig
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.model.decisions import PolicyChooser
 from linc_core.problems.cvrptw import CVRPTWEnv
 from linc_core.train import GeneratedData, fit, train_step

@@ -49,7 +49,7 @@ from linc_core.commands.flags import (
     load_policy,
     load_set,
 )
-from linc_core.decode import DecodeConfig
+from linc_core.decoding import DecodeConfig
 from linc_core.evaluate.benchmark_sets import BenchmarkSet
 from linc_core.evaluate.pyvrp_cache import pyvrp_costs
 from linc_core.evaluate.reporting import (

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from linc_core.decode.best_of_k import make_rows
+from linc_core.decoding.best_of_k import make_rows
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.feasible_set import feasible_customers, feasible_stats, feature_major
@@ -250,7 +250,7 @@ def run_diagnostics(
     offsets: Sequence[float] = DEFAULT_OFFSETS,
     batch_size: int = 16,
 ) -> dict:
-    """Decode ``instances`` greedily (``num_z`` z per instance, seeded as ``linc_core.decode``
+    """Decode ``instances`` greedily (``num_z`` z per instance, seeded as ``linc_core.decoding``
     seeds them) and probe every decision."""
     policy.eval()
     parameter = next(policy.parameters())

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
 from linc_core.verify import verify_instance
 
@@ -180,7 +180,7 @@ def evaluate_policy(
         pyvrp: PyVRP cost by instance name.
         progress: called with rollouts completed (drives a progress bar).
         deadline: an instant of ``time.monotonic()`` past which decoding stops, raising
-            ``linc_core.decode.DeadlineExceeded`` (see ``decode``).
+            ``linc_core.decoding.DeadlineExceeded`` (see ``decode``).
     """
     singles = _as_singles(instances)
     names = [s.names[0] for s in singles]

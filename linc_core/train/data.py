@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
+from linc_core.config import TrainConfig
 from linc_core.instances import Instance
 from linc_core.instances.datasets import load_shard, resolve_filesystem, shard_entries
 from linc_core.problems.generators import (
@@ -57,6 +58,26 @@ class GeneratedData:
     instances_per_epoch: int
     seed: int
     envelope: EnvelopeConfig = field(default_factory=EnvelopeConfig)
+
+    @classmethod
+    def for_training(
+        cls,
+        problem: str,
+        num_customers: int,
+        config: TrainConfig,
+        seed: int = 0,
+        envelope: EnvelopeConfig | None = None,
+    ) -> GeneratedData:
+        """The fresh-instance data of a run of ``config``: its ``batch_size`` and
+        ``instances_per_epoch`` (the sizes are given once, in the training config)."""
+        return cls(
+            problem,
+            num_customers,
+            config.batch_size,
+            config.instances_per_epoch,
+            seed,
+            envelope or EnvelopeConfig(),
+        )
 
     @property
     def batches_per_epoch(self) -> int:

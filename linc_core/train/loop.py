@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from linc_core.config import ModelConfig, TrainConfig
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
 from linc_core.model.reference_format import (
@@ -113,7 +113,7 @@ class FitResult:
 
 def validation_decoding(config: TrainConfig) -> DecodeConfig:
     """How ``fit`` decodes its validation set: greedy per z-vector (or per POMO start), K of
-    them per instance, best of K, seeded by ``(seed, "validation")`` (``linc_core.decode``'s
+    them per instance, best of K, seeded by ``(seed, "validation")`` (``linc_core.decoding``'s
     seeding: the same instance gets the same z-vectors in every epoch and every batch)."""
     return DecodeConfig(
         method="multistart" if config.multi_start else "greedy",
@@ -163,6 +163,13 @@ def fit(
     """
     if stop is not None and world.size > 1:
         raise ValueError("fit: stop is for single-process runs (world.size == 1)")
+    data_batch = getattr(data, "batch_size", None)
+    if data_batch is not None and data_batch != config.batch_size:
+        raise ValueError(
+            f"fit: the data's batch_size ({data_batch}) differs from the training config's "
+            f"batch_size ({config.batch_size}); build the data from the config "
+            "(GeneratedData.for_training, FixedData(instances, config.batch_size, seed))"
+        )
     device = torch.device(config.device)
     policy.to(device)
     optimizer = torch.optim.Adam(

@@ -132,7 +132,7 @@ class LincPolicyModel(PythonModel):
         _guard_scoring_server(self.limits)
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-        from linc_core.decode import DeadlineExceeded
+        from linc_core.decoding import DeadlineExceeded
         from linc_core.instances import InstanceError
 
         limits = self.limits
@@ -203,7 +203,7 @@ class LincPolicyModel(PythonModel):
         return answer_frame(rows)
 
     def _config(self, params: Any) -> Any:
-        from linc_core.decode import DECODE_METHODS, DecodeConfig
+        from linc_core.decoding import DECODE_METHODS, DecodeConfig
 
         budget = DEFAULT_PARAMS | dict(params or {})
         method = str(budget["method"])

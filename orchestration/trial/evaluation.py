@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from linc_core.decode import DecodeConfig
+from linc_core.decoding import DecodeConfig
 from linc_core.evaluate import (
     Evaluation,
     evaluate_policy,

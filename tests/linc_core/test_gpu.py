@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.model import LincPolicy
 from linc_core.train import train_step
 from linc_core.train.data import generate

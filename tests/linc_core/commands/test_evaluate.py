@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from linc_core.commands.evaluate import main
-from linc_core.decode import DecodeConfig
+from linc_core.decoding import DecodeConfig
 from linc_core.evaluate import evaluate_policy, load_benchmark
 from tests.conftest import PNG_MAGIC, tiny_checkpoint, tiny_policy
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig, exact_length
+from linc_core.decoding import DecodeConfig, exact_length
 from linc_core.evaluate import evaluate_policy, load_benchmark, score_solutions, summarize
 from linc_core.evaluate.pyvrp_solver import solve_with_pyvrp
 from linc_core.instances import read_solomon

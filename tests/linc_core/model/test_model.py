@@ -30,7 +30,7 @@ from linc_core.config import (
     TrainConfig,
     config_differences,
 )
-from linc_core.decode import actions_to_solution
+from linc_core.decoding import actions_to_solution
 from linc_core.instances import Instance
 from linc_core.model import (
     LincPolicy,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.model import BatchRows, LincPolicy
 from linc_core.runs.plan import DataSource, EvaluationSource, RunPlan, ValidationSource
 from linc_core.train.checkpoint import load_checkpoint

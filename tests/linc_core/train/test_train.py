@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig, actions_to_solution, decode
+from linc_core.decoding import DecodeConfig, actions_to_solution, decode
 from linc_core.evaluate.pyvrp_solver import solve_with_pyvrp
 from linc_core.model import LincPolicy, row_seeds, sample_z
 from linc_core.presets import ABLATION_VARIANTS, PRESETS, preset_configs

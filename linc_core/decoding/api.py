@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from linc_core.decode.best_of_k import BestRollouts, decode_best_of_k, make_rows
-from linc_core.decode.config import DecodeConfig
-from linc_core.decode.sgbs import sgbs_rows
+from linc_core.decoding.best_of_k import BestRollouts, decode_best_of_k, make_rows
+from linc_core.decoding.config import DecodeConfig
+from linc_core.decoding.sgbs import sgbs_rows
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
 from linc_core.problems.base import actions_to_routes
@@ -85,7 +85,7 @@ def decode(
     """Decode a batch of B same-size instances with ``config``'s method and budget.
 
     z-vectors and sampling draws are seeded per (instance content, augmentation) from
-    ``config.seed`` (see ``linc_core.decode.best_of_k``), so an instance's result depends on
+    ``config.seed`` (see ``linc_core.decoding.best_of_k``), so an instance's result depends on
     neither ``max_rollouts_per_chunk`` nor the other instances of the batch nor its position.
 
     Args:
@@ -95,7 +95,7 @@ def decode(
         config: method and budget.
         progress: called with the number of rollouts completed after each chunk.
         deadline: an instant of ``time.monotonic()``; past it, decoding stops within one
-            decision and raises ``linc_core.decode.deadline.DeadlineExceeded``.
+            decision and raises ``linc_core.decoding.deadline.DeadlineExceeded``.
 
     Returns:
         ``DecodeResult``.

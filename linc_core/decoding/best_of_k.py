@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
-from linc_core.decode.deadline import check_deadline, with_deadline
+from linc_core.decoding.deadline import check_deadline, with_deadline
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
@@ -153,7 +153,7 @@ def decode_best_of_k(
     Rows are split into groups of ``max(1, max_rollouts_per_chunk // K)``; when K alone
     exceeds the bound, each row's rollouts are split into blocks too (the encoder then runs
     once per block, a small price next to the decoding steps). Past ``deadline``
-    (``linc_core.decode.deadline``) it raises ``DeadlineExceeded`` within one decision.
+    (``linc_core.decoding.deadline``) it raises ``DeadlineExceeded`` within one decision.
     """
     device = rows.instance.device
     best = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)

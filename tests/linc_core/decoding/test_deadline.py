@@ -1,4 +1,4 @@
-"""A decode's deadline (``linc_core.decode.deadline``): past it, decoding stops within one
+"""A decode's deadline (``linc_core.decoding.deadline``): past it, decoding stops within one
 decision step, whatever the method; before it, the answer is the same as without one."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from linc_core.decode import DeadlineExceeded, DecodeConfig, decode
-from linc_core.decode.deadline import with_deadline
+from linc_core.decoding import DeadlineExceeded, DecodeConfig, decode
+from linc_core.decoding.deadline import with_deadline
 from linc_core.evaluate import evaluate_policy
 from linc_core.train.data import generate
 from tests.conftest import tiny_policy

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from linc_core.decode import DecodeConfig, decode
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance, read_solomon, read_solomon_folder, truncate_customers
 from linc_core.model import LincPolicy
 from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms

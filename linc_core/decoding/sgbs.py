@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from linc_core.decode.best_of_k import BestRollouts, Rows, rollout_capacity
-from linc_core.decode.deadline import check_deadline, with_deadline
+from linc_core.decoding.best_of_k import BestRollouts, Rows, rollout_capacity
+from linc_core.decoding.deadline import check_deadline, with_deadline
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
 from linc_core.model.sampling import greedy
