@@ -32,6 +32,8 @@ def hpo(config) -> int:
         name, storage = result.study
         print(f"Optuna study {name!r}: optuna.load_study(study_name={name!r}, storage={storage!r})")
         print(f"  or: optuna-dashboard {storage} --host 127.0.0.1")
+        if "***" in storage:
+            print("  (the password is masked here: give yours, e.g. through PGPASSWORD)")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id, result.registered)
     return 0
 

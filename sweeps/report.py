@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.secrets import redact, redact_logging
 
 DEFAULT_STORE = "runs/mlflow.db"
 
@@ -75,13 +76,15 @@ def _register(tracking_uri: str, run_id: str, name: str) -> int:
     try:
         version = register_run(TrackingTarget(tracking_uri, "linc"), run_id, name)
     except (LookupError, ValueError, MlflowException) as err:  # ValueError: CheckpointError
-        print(f"linc-report: register: {' '.join(str(err).split())[:600]}", file=sys.stderr)
+        reason = " ".join(redact(str(err)).split())[:600]
+        print(f"linc-report: register: {reason}", file=sys.stderr)
         return 2
     print(f"registered run {run_id}'s policy as models:/{name}/{version}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    redact_logging()  # MLflow's and linc's warnings name the store: masked like every line
     parser = argparse.ArgumentParser(
         prog="linc-report",
         description="The paper-shaped tables rebuilt from MLflow runs, and a trial's policy "
@@ -132,7 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tracking_uri.startswith("sqlite:///"):
         database = Path(tracking_uri.removeprefix("sqlite:///"))
         if not database.exists():  # reading must not create an empty store
-            print(f"linc-report: --tracking-uri: no database at {database}", file=sys.stderr)
+            print(
+                f"linc-report: --tracking-uri: no database at {redact(str(database))}",
+                file=sys.stderr,
+            )
             return 2
     client = MlflowClient(tracking_uri=tracking_uri)
     if args.table == "register":
@@ -140,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = run_rows(finished_trial_runs(client, args.experiment, sweep=args.sweep))
     except LookupError as err:
-        print(f"linc-report: {err}", file=sys.stderr)
+        print(f"linc-report: {redact(str(err))}", file=sys.stderr)
         return 2
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")

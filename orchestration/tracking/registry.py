@@ -283,7 +283,7 @@ def register_best(
             sweep,
             name,
             reason,
-            tracking.uri,
+            tracking.shown_uri,
             name,
         )
         return None
