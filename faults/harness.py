@@ -22,9 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faults.servers import process_tree, stop_group
+from linc_core.metrics import (
+    EPOCH,
+    EVAL_COST,
+    LOSS,
+    SECONDS,
+    TAU,
+    TRAIN_BEST_COST,
+    TRAIN_MEAN_COST,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-AUDITED_METRICS = ("epoch", "seconds", "train_best_cost", "train_mean_cost", "loss", "tau")
+AUDITED_METRICS = (EPOCH, SECONDS, TRAIN_BEST_COST, TRAIN_MEAN_COST, LOSS, TAU)
 # The smoke preset at a size whose epochs take about a second on 2 shared cores: long enough to
 # put a fault in the middle of training, short enough for a matrix of a dozen sweeps.
 SWEEP = (
@@ -234,7 +243,7 @@ def audit(tracking_uri: str, experiment: str, sweep: str, epochs: int) -> Audit:
     trials = [r for r in runs if r.data.tags.get("sweep") == sweep and "variant" in r.data.tags]
     lost = duplicated = finished = 0
     for run in trials:
-        finished += run.info.status == "FINISHED" and "eval_cost" in run.data.metrics
+        finished += run.info.status == "FINISHED" and EVAL_COST in run.data.metrics
         for key in AUDITED_METRICS:
             steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
             lost += len(set(range(1, epochs + 1)) - set(steps))

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
 from linc_core.runs.plan import (
     DataSource,
@@ -185,7 +186,7 @@ def _train(argv: Sequence[str] | None) -> int:
     print(
         f"done: {result.epochs_done} epochs, {result.global_step} steps, "
         f"{time.perf_counter() - started:.1f}s; final train best-of-K {last['train_best_cost']:.4f}"
-        + (f", validation {last['validation_cost']:.4f}" if "validation_cost" in last else "")
+        + (f", validation {last['validation_cost']:.4f}" if VALIDATION_COST in last else "")
     )
     if result.last_checkpoint is not None:
         print(f"checkpoint: {result.last_checkpoint}")

@@ -40,6 +40,16 @@ import torch
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
+from linc_core.metrics import (
+    EPOCH,
+    GLOBAL_STEP,
+    LOSS,
+    SECONDS,
+    TAU,
+    TRAIN_BEST_COST,
+    TRAIN_MEAN_COST,
+    VALIDATION_COST,
+)
 from linc_core.model.policy import LincPolicy
 from linc_core.model.reference_format import (
     load_reference_state_dict,
@@ -89,7 +99,7 @@ class PrintProgress(BaseCallback):
     """One console line per epoch."""
 
     def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
-        validation = metrics.get("validation_cost")
+        validation = metrics.get(VALIDATION_COST)
         extra = f"  validation {validation:.4f}" if validation is not None else ""
         print(
             f"epoch {epoch + 1:>5}  train best-of-K {metrics['train_best_cost']:.4f}  "
@@ -242,17 +252,17 @@ def fit(
                 result.stopped_early = result.stopped_by_request = True
                 return result
         record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "global_step": result.global_step,
-            "train_best_cost": sum(m.best_cost for m in step_metrics) / len(step_metrics),
-            "train_mean_cost": sum(m.mean_cost for m in step_metrics) / len(step_metrics),
-            "loss": sum(m.loss for m in step_metrics) / len(step_metrics),
-            "tau": step_metrics[-1].tau,
-            "seconds": time.perf_counter() - epoch_start,
+            EPOCH: epoch + 1,
+            GLOBAL_STEP: result.global_step,
+            TRAIN_BEST_COST: sum(m.best_cost for m in step_metrics) / len(step_metrics),
+            TRAIN_MEAN_COST: sum(m.mean_cost for m in step_metrics) / len(step_metrics),
+            LOSS: sum(m.loss for m in step_metrics) / len(step_metrics),
+            TAU: step_metrics[-1].tau,
+            SECONDS: time.perf_counter() - epoch_start,
         }
         if validation is not None and (epoch + 1) % config.validation_every == 0:
             decoded = decode(policy, validation, validation_decoding(config))
-            record["validation_cost"] = float(decoded.cost.mean())
+            record[VALIDATION_COST] = float(decoded.cost.mean())
         result.history.append(record)
         result.epochs_done = epoch + 1
         for callback in callbacks:

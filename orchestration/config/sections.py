@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from linc_core.config import ProblemName
+from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import ABLATION_VARIANTS
 from linc_core.runs.plan import DataSource, EvaluationSource
 from linc_core.utils.seeding import derive_seed
@@ -290,7 +291,7 @@ class SearchSpec:
     name: str = "hpo"
     num_samples: int = 8
     max_concurrent: int = 2
-    metric: str | tuple[str, ...] = "validation_cost"
+    metric: str | tuple[str, ...] = VALIDATION_COST
     mode: Literal["min", "max"] | tuple[Literal["min", "max"], ...] = "min"
     storage: str | None = None
     grace_period: int = 1

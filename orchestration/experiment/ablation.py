@@ -9,6 +9,7 @@ import time
 
 from ray import tune
 
+from linc_core.metrics import SWEEP_SECONDS
 from orchestration.config.platform import PlatformConfig
 from orchestration.experiment.runner import SweepResult, result_row, run_experiment, sweep_result
 from orchestration.report.ablation import log_ablation_report
@@ -32,7 +33,7 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
     table = ablation_table(rows, compare_to=spec.compare_to)
     parent.log_text(table, "ablation_table.md")
     parent.log_text(json.dumps(rows, indent=2), "ablation_rows.json")
-    parent.log_metric("sweep_seconds", time.perf_counter() - started)
+    parent.log_metric(SWEEP_SECONDS, time.perf_counter() - started)
     failed = bool(results.errors)
     described = (
         f"Ablation {spec.name}: {len(spec.variants)} variants x {len(spec.seeds)} seed(s), "

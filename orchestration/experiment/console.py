@@ -35,13 +35,13 @@ from typing import Any
 
 from ray import tune
 
+from linc_core.metrics import EPOCH, EVAL_COST, EVAL_INFEASIBLE, PROGRESS_METRICS
 from linc_core.utils.secrets import redact, redact_logging
 from orchestration.config.platform import PlatformConfig, trial_label
 from orchestration.config.sections import ConsoleSpec
 from orchestration.ray_session import init_ray
 
 # The metrics a progress line shows: the training score and, when measured, validation.
-PROGRESS_METRICS = ("train_best_cost", "validation_cost")
 # Tune's verbose level per console verbosity (0: silent, 2: every result).
 TUNE_VERBOSE = {"quiet": 0, "events": 0, "tune": 2}
 
@@ -205,9 +205,9 @@ class TrialEvents(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if "epoch" not in result:
+        if EPOCH not in result:
             return
-        epoch = int(result["epoch"])
+        epoch = int(result[EPOCH])
         if epoch % self.every and epoch != self.epochs:
             return
         shown = " ".join(
@@ -218,11 +218,11 @@ class TrialEvents(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.outcome[trial.trial_id] = "finished"
         result = trial.last_result or {}
-        epochs = int(result.get("epoch", 0))
+        epochs = int(result.get(EPOCH, 0))
         parts = []
-        if _number(result.get("eval_cost")):
-            cost = float(result["eval_cost"])
-            infeasible = result.get("eval_infeasible", 0)
+        if _number(result.get(EVAL_COST)):
+            cost = float(result[EVAL_COST])
+            infeasible = result.get(EVAL_INFEASIBLE, 0)
             parts.append(f"eval_cost={cost:.2f} ({infeasible:.0f} infeasible)")
             if self.best is None or cost < self.best[0]:
                 self.best = (cost, self._label(trial))
@@ -304,7 +304,6 @@ def _duration(seconds: float) -> str:
 
 __all__ = [
     "GoneCheckpointFilter",
-    "PROGRESS_METRICS",
     "TUNE_VERBOSE",
     "TrialEvents",
     "init_sweep_ray",

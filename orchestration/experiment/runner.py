@@ -25,6 +25,14 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray import tune
 
+from linc_core.metrics import (
+    EPOCH,
+    EVAL_COST,
+    EVAL_INFEASIBLE,
+    PEAK_RSS_GB,
+    TRAIN_BEST_COST,
+    VALIDATION_COST,
+)
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
 from orchestration.data.storage import StorageUnavailableError, open_filesystem, out_of_space
@@ -358,13 +366,13 @@ def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     return {
         "variant": config.get("model", {}).get("variant"),
         "seed": config.get("train", {}).get("seed"),
-        "eval_cost": metrics.get("eval_cost"),
-        "eval_infeasible": metrics.get("eval_infeasible"),
-        "validation_cost": metrics.get("validation_cost"),
-        "train_best_cost": metrics.get("train_best_cost"),
-        "epochs": metrics.get("epoch"),
+        EVAL_COST: metrics.get(EVAL_COST),
+        EVAL_INFEASIBLE: metrics.get(EVAL_INFEASIBLE),
+        VALIDATION_COST: metrics.get(VALIDATION_COST),
+        TRAIN_BEST_COST: metrics.get(TRAIN_BEST_COST),
+        "epochs": metrics.get(EPOCH),
         "seconds": metrics.get("time_total_s"),
-        "peak_rss_gb": metrics.get("peak_rss_gb"),
+        PEAK_RSS_GB: metrics.get(PEAK_RSS_GB),
         "error": None if result.error is None else redact(str(result.error)).splitlines()[0][:200],
         "config": {key: dotted_get(config, key) for key in keys},
     }

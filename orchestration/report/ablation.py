@@ -26,6 +26,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from linc_core.metrics import (
+    EPOCH,
+    EVAL_COST,
+    EVAL_INFEASIBLE,
+    GAP_VS_VARIANT_PCT,
+    NUM_PARAMETERS,
+    TRAIN_BEST_COST,
+    VALIDATION_COST,
+)
 from linc_core.presets import PRESETS
 from orchestration.report.figures import Chart, ablation_chart, pairwise_curves, training_curves
 from orchestration.report.statistics import (
@@ -41,7 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVALUATION_ROWS = "evaluation_rows.csv"
-CURVE_METRIC = "train_best_cost"
+CURVE_METRIC = TRAIN_BEST_COST
 
 History = list[tuple[int, float]]
 
@@ -96,10 +105,10 @@ def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
                 "seed": tags.get("seed"),
                 "sweep": tags.get("sweep"),
                 "eval_set": tags.get("eval_set"),
-                "eval_cost": metrics.get("eval_cost"),
-                "eval_infeasible": metrics.get("eval_infeasible"),
-                "epochs": metrics.get("epoch"),
-                "parameters": metrics.get("num_parameters"),
+                EVAL_COST: metrics.get(EVAL_COST),
+                EVAL_INFEASIBLE: metrics.get(EVAL_INFEASIBLE),
+                "epochs": metrics.get(EPOCH),
+                "parameters": metrics.get(NUM_PARAMETERS),
                 "seconds": (run.info.end_time - run.info.start_time) / 1000.0
                 if run.info.end_time
                 else None,
@@ -136,7 +145,7 @@ def collect(client: Any, rows: Sequence[Mapping[str, Any]]) -> AblationData:
         history = client.get_metric_history(row["run_id"], CURVE_METRIC)
         points = sorted((int(m.step), float(m.value)) for m in history)
         data.histories.setdefault(variant, {})[seed] = points
-        checked = client.get_metric_history(row["run_id"], "validation_cost")
+        checked = client.get_metric_history(row["run_id"], VALIDATION_COST)
         if checked:
             validation = sorted((int(m.step), float(m.value)) for m in checked)
             data.validation.setdefault(variant, {})[seed] = validation
@@ -245,7 +254,7 @@ def report_charts(
     }
     if data.validation:
         charts["validation_curves.png"] = training_curves(
-            data.validation, metric="validation_cost", reference=compare_to
+            data.validation, metric=VALIDATION_COST, reference=compare_to
         )
     if compare_to is not None and compare_to in data.costs:
         intervals = {
@@ -288,7 +297,7 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
         compare = compare_to if compare_to in data.costs else None
         files = report_files(data, compare)
         for run_id, gap in trial_gaps(data, compare).items():
-            client.log_metric(run_id, "gap_vs_variant_pct", gap)
+            client.log_metric(run_id, GAP_VS_VARIANT_PCT, gap)
             client.set_tag(run_id, "gap_vs_variant", compare)
     except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
         logger.warning(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from linc_core.metrics import TRAIN_BEST_COST
 from linc_core.presets import PRESETS
 from linc_core.utils.plotting import new_figure, png_bytes
 from orchestration.report.tables import aggregate_rows
@@ -125,7 +126,7 @@ def _integer_epochs(axes: Any) -> None:
 
 def training_curves(
     histories: Mapping[str, Mapping[Any, Sequence[tuple[int, float]]]],
-    metric: str = "train_best_cost",
+    metric: str = TRAIN_BEST_COST,
     reference: str | None = None,
 ) -> Chart:
     """One line per variant: the mean over seeds of ``metric`` per epoch (thick; with several
@@ -184,7 +185,7 @@ def _band(
 def pairwise_curves(
     histories: Mapping[str, Mapping[Any, Sequence[tuple[int, float]]]],
     compare_to: str,
-    metric: str = "train_best_cost",
+    metric: str = TRAIN_BEST_COST,
     columns: int = 4,
 ) -> Chart:
     """The paper's appendix figure: one panel per variant, ``compare_to``'s training curve

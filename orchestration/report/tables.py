@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from linc_core.metrics import EVAL_COST, EVAL_INFEASIBLE
 from linc_core.presets import PRESETS
 
 
@@ -21,14 +22,14 @@ def aggregate_rows(rows: list[dict[str, Any]], compare_to: str | None) -> list[d
     table = []
     for variant in order:
         runs = by_variant[variant]
-        costs = [r["eval_cost"] for r in runs if r["eval_cost"] is not None]
+        costs = [r[EVAL_COST] for r in runs if r[EVAL_COST] is not None]
         table.append(
             {
                 "variant": variant,
                 "label": PRESETS[variant].label,
                 "seeds": len(runs),
                 "obj": sum(costs) / len(costs) if costs else None,
-                "infeasible": sum(r["eval_infeasible"] or 0 for r in runs),
+                "infeasible": sum(r[EVAL_INFEASIBLE] or 0 for r in runs),
                 "seconds": sum(r["seconds"] or 0 for r in runs) / len(runs),
             }
         )

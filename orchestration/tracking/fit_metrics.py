@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from linc_core.metrics import EPOCH, EPOCH_METRICS
 from linc_core.train.loop import BaseCallback
-
-EPOCH_METRICS: tuple[str, ...] = (
-    "epoch",
-    "seconds",
-    "train_best_cost",
-    "train_mean_cost",
-    "loss",
-    "tau",
-    "validation_cost",
-)
 
 
 class MLflowCallback(BaseCallback):
@@ -38,7 +29,7 @@ class MLflowCallback(BaseCallback):
             if name in metrics and metrics[name] is not None
         }
         if values:
-            self._mlflow.log_metrics(values, step=int(metrics.get("epoch", epoch + 1)))
+            self._mlflow.log_metrics(values, step=int(metrics.get(EPOCH, epoch + 1)))
 
 
-__all__ = ["EPOCH_METRICS", "MLflowCallback"]
+__all__ = ["MLflowCallback"]

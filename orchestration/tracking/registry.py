@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import linc_core
+from linc_core.metrics import EVAL_COST, EVAL_INFEASIBLE, VALIDATION_COST
 from linc_core.train.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -233,7 +234,7 @@ def register_run(
         "trial_run": run_id,
         "checkpoint": checkpoint,
     }
-    for metric in ("eval_cost", "eval_infeasible", "validation_cost"):
+    for metric in (EVAL_COST, EVAL_INFEASIBLE, VALIDATION_COST):
         if metric in run.data.metrics:
             described[metric] = f"{run.data.metrics[metric]:.4f}"
     with tempfile.TemporaryDirectory(prefix="linc-register-") as folder:
@@ -268,12 +269,12 @@ def register_best(
             r
             for r in tracking.child_runs(parent_run_id)
             if r.info.status == "FINISHED"
-            and "eval_cost" in r.data.metrics
+            and EVAL_COST in r.data.metrics
             and r.data.tags.get("checkpoint")
         ]
         if not runs:
             return None
-        best = min(runs, key=lambda r: r.data.metrics["eval_cost"])
+        best = min(runs, key=lambda r: r.data.metrics[EVAL_COST])
         version = register_run(tracking, best.info.run_id, name, {"chosen": "lowest eval_cost"})
     except Exception as err:  # noqa: BLE001 - a registry failure must not fail a sweep
         reason = " ".join(str(err).split())[:500]  # a refused checkpoint names two paths

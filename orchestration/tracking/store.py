@@ -14,6 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from linc_core.metrics import RUNS_TABLE_METRICS
 from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 
@@ -25,16 +26,6 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # A view of the runs table kept on the experiment, as the MLflow UI's "share view" stores it.
 RUNS_VIEW = "linc-runs"
 RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW}"
-RUNS_TABLE_METRICS = (
-    "eval_cost",
-    "gap_vs_variant_pct",
-    "eval_gap_pyvrp_pct",
-    "eval_infeasible",
-    "train_best_cost",
-    "validation_cost",
-    "epoch",
-    "peak_rss_gb",
-)
 
 
 def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -> str:
@@ -154,7 +145,6 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 __all__ = [
     "EXPERIMENT_KIND_TAG",
     "PARENT_RUN_TAG",
-    "RUNS_TABLE_METRICS",
     "RUNS_VIEW",
     "RUNS_VIEW_TAG",
     "TRIAL_TAG",

@@ -30,6 +30,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from linc_core.metrics import (
+    BEST_EVAL_COST,
+    EPOCH,
+    EVAL_COST,
+    TRIALS,
+    TRIALS_FAILED,
+    TRIALS_FINISHED,
+)
 from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact
@@ -173,11 +181,11 @@ def _summarize(parent: RunWriter, results: Any, description: str | None) -> None
     """The sweep's trial counts, best evaluation, code version and description on its run."""
     results = list(results or ())
     failed = sum(r.error is not None for r in results)
-    costs = [(r.metrics or {}).get("eval_cost") for r in results]
+    costs = [(r.metrics or {}).get(EVAL_COST) for r in results]
     costs = [c for c in costs if isinstance(c, int | float)]
     parent.log_metrics(
-        {"trials": len(results), "trials_finished": len(results) - failed, "trials_failed": failed}
-        | ({"best_eval_cost": min(costs)} if costs else {})
+        {TRIALS: len(results), TRIALS_FINISHED: len(results) - failed, TRIALS_FAILED: failed}
+        | ({BEST_EVAL_COST: min(costs)} if costs else {})
     )
     parent.set_tag("git_commit", git_commit() or "unknown")
     if description:
@@ -272,7 +280,7 @@ def _settle_children(
             writer.end_run("KILLED")
         elif ended_well:
             if not metrics.get("completed"):
-                epoch = metrics.get("epoch")
+                epoch = metrics.get(EPOCH)
                 at = str(int(epoch)) if isinstance(epoch, int | float) else "unknown"
                 writer.set_tags({"stopped_early": "true", "stopped_at_epoch": at})
             writer.end_run("FINISHED")

@@ -24,6 +24,7 @@ from linc_core.evaluate import (
     summary_json,
 )
 from linc_core.instances import Instance
+from linc_core.metrics import EVAL_COST, EVAL_GAP_PYVRP_PCT, EVAL_INFEASIBLE
 from linc_core.model import LincPolicy
 from linc_core.runs.plan import EvaluationSource
 from linc_core.utils.atomic import write_atomic
@@ -64,12 +65,12 @@ def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
     and, where the instances have a PyVRP reference, ``eval_gap_pyvrp_pct`` (mean gap to it)."""
     mean = evaluation.summary["mean_cost"]
     metrics = {
-        "eval_cost": float(mean) if math.isfinite(mean) else math.inf,
-        "eval_infeasible": float(evaluation.summary["errors"]),
+        EVAL_COST: float(mean) if math.isfinite(mean) else math.inf,
+        EVAL_INFEASIBLE: float(evaluation.summary["errors"]),
     }
     gap = evaluation.summary["mean_pyvrp_gap_pct"]
     if math.isfinite(gap):
-        metrics["eval_gap_pyvrp_pct"] = float(gap)
+        metrics[EVAL_GAP_PYVRP_PCT] = float(gap)
     return metrics
 
 

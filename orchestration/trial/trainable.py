@@ -46,6 +46,7 @@ import ray
 import torch
 from ray import tune
 
+from linc_core.metrics import EPOCH, EPOCH_METRICS, NUM_PARAMETERS, PEAK_RSS_GB
 from linc_core.model import LincPolicy
 from linc_core.runs.plan import data_id, evaluation_set, training_data, validation_set
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
@@ -60,7 +61,7 @@ from linc_core.utils.runtime import (
 from linc_core.utils.secrets import redact_logging
 from orchestration.config.sections import FaultSpec
 from orchestration.data.storage import is_out_of_space, open_filesystem
-from orchestration.tracking.fit_metrics import EPOCH_METRICS, MLflowCallback
+from orchestration.tracking.fit_metrics import MLflowCallback
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import RunWriter
@@ -155,7 +156,7 @@ class TuneReportCallback(BaseCallback):
             return
         if self.writer is not None:
             self.writer.save(self.checkpoint_dir)
-        metrics = (self._pending or {"epoch": epoch + 1}) | {"peak_rss_gb": peak_rss_gb()}
+        metrics = (self._pending or {EPOCH: epoch + 1}) | {PEAK_RSS_GB: peak_rss_gb()}
         self._pending = None
         if self.epochs is None or epoch + 1 < self.epochs:
             report_to_tune(metrics, self.checkpoint_dir, epoch + 1)
@@ -247,7 +248,7 @@ def train_linc(
         writer.log_history(history, EPOCH_METRICS)  # what the checkpoint saw (exactly once)
         fault = plan.fault if resume_from is None else None  # a deliberate failure: once
         policy = initial_policy(run.model, run.train)
-        writer.log_metric("num_parameters", sum(p.numel() for p in policy.parameters()))
+        writer.log_metric(NUM_PARAMETERS, sum(p.numel() for p in policy.parameters()))
         with TrialGuard(plan.resources.preemption_grace_s) as guard:
             callbacks = [
                 MLflowCallback(writer),
@@ -276,7 +277,7 @@ def train_linc(
             remove_preempted(trial_storage, before_step=restored.global_step + 1)
         final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
         peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
-        writer.log_metric("peak_rss_gb", peak_rss)
+        writer.log_metric(PEAK_RSS_GB, peak_rss)
         writer.end_run("FINISHED")
         writer.close(timeout=plan.tracking.flush_timeout_s)
         # The last epoch's record with the evaluation, in one report; undelivered records
@@ -284,7 +285,7 @@ def train_linc(
         writer.save(checkpoint_dir)
         last = history[-1] if history else {}
         last = {k: v for k, v in last.items() if isinstance(v, int | float)}
-        completed = {"completed": 1, "peak_rss_gb": peak_rss}
+        completed = {"completed": 1, PEAK_RSS_GB: peak_rss}
         report_to_tune(last | (final or {}) | completed, checkpoint_dir, run.train.epochs)
     except StoppedByTune:
         # Undelivered records are in the journal of the checkpoint reported last, which the
@@ -355,7 +356,7 @@ def _fit_data_parallel(
     local = not (resources.address or os.environ.get("RAY_ADDRESS"))
 
     def on_epoch(record: dict[str, Any], checkpoint: Any) -> None:
-        epoch = int(record["epoch"]) - 1
+        epoch = int(record[EPOCH]) - 1
         for callback in callbacks:
             callback.on_epoch(epoch, record)
         if checkpoint is not None:
