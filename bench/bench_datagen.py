@@ -59,7 +59,7 @@ def _pool_throughput(workers: int, shards: int, shard_size: int, folder: Path) -
 def _parquet_speed(shard_size: int, repeats: int, folder: Path) -> tuple[float, float]:
     from linc_core.instances.datasets import read_shard
     from linc_core.instances.parquet import instance_to_table, parquet_bytes
-    from linc_core.problems.generators import generate_cvrptw_envelope
+    from linc_core.problems.cvrptw import generate_cvrptw_envelope
 
     instance = generate_cvrptw_envelope(shard_size, 100, seed=0)
     path = folder / "speed.parquet"

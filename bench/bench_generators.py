@@ -17,7 +17,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from linc_core.problems.generators import generate_cvrptw_envelope  # noqa: E402
+from linc_core.problems.cvrptw import generate_cvrptw_envelope  # noqa: E402
 from linc_core.utils.seeding import derive_seed  # noqa: E402
 
 TARGET_INSTANCES_PER_SECOND = 10_000.0

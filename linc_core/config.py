@@ -15,17 +15,15 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from linc_core.problems.protocol import CONSEQUENCE_FEATURES, RELATIVE_FEATURES
+from linc_core.problems.spec import (
+    CONSEQUENCE_FEATURES,
+    PARTIAL_SUMMARY,
+    RELATIVE_FEATURES,
+    ProblemName,
+    problem_spec,
+)
 from linc_core.utils.typed import check_fields, require
 
-ProblemName = Literal["cvrptw", "cvrp", "tsp"]
-
-# The partial step summary r_t: (statistic over the feasible customers, feature) after |F|/n.
-PARTIAL_SUMMARY: dict[str, tuple[tuple[str, str], ...]] = {
-    "cvrptw": (("mean", "travel"), ("mean", "wait"), ("min", "slack")),
-    "cvrp": (("mean", "travel"), ("mean", "demand_ratio"), ("min", "load_after")),
-    "tsp": (("mean", "travel"), ("mean", "dist_to_start"), ("mean", "dist_to_centroid")),
-}
 NODE_STATIC_FEATURES = ("knn_nearest", "knn_mean", "knn_min")
 
 
@@ -34,7 +32,8 @@ class ModelConfig:
     """Architecture switches. Defaults are the reference's CVRPTW full LINC model.
 
     Attributes:
-        problem: which environment's node inputs and consequence table the model reads.
+        problem: a registered problem (:mod:`linc_core.problems.spec`): whose node inputs,
+            decoder context and consequence table the model reads.
         embedding_dim, encoder_layers, num_heads, ff_hidden_dim: POMO encoder sizes.
         logit_clip: C in ``C * tanh(u / sqrt(d))``.
         input_scale: ``grid`` (LINC: divide coordinates and times by the grid size) or
@@ -152,37 +151,19 @@ class ModelConfig:
         """The (statistic, feature) pairs of r_t after the feasible ratio."""
         if self.summary == "full_mean":
             return tuple(("mean", f) for f in self.candidate_features)
-        if self.summary == "partial":
+        if self.summary == "partial":  # the problem's own r_t (its spec's ``summary``)
             return PARTIAL_SUMMARY[self.problem]
         return ()
 
     @classmethod
     def for_problem(cls, problem: ProblemName, **overrides: Any) -> ModelConfig:
-        """Reference defaults of each problem's LINC model, then ``overrides``.
+        """The reference defaults of ``problem``'s LINC model (its spec's ``model_defaults``
+        over this class's defaults, the CVRPTW model's), then ``overrides``.
 
         CVRP and TSP follow the reference's warm-started models: PolyNet encoder (no GateAttn,
         no Depth Mixer), scorer width 64; CVRP adds the kNN-mean node statistic as a residual.
         """
-        base: dict[str, Any] = {"problem": problem}
-        if problem == "cvrp":
-            base.update(
-                candidate_features=("travel", "demand_ratio", "dist_to_depot", "angle"),
-                centred_features=RELATIVE_FEATURES["cvrp"],
-                node_static_features=("knn_mean",),
-                static_feature_mode="residual",
-                gated_attention=False,
-                depth_mixer=False,
-                scorer_hidden_dim=64,
-            )
-        elif problem == "tsp":
-            base.update(
-                candidate_features=("travel", "angle"),
-                centred_features=RELATIVE_FEATURES["tsp"],
-                node_static_features=(),
-                gated_attention=False,
-                depth_mixer=False,
-                scorer_hidden_dim=64,
-            )
+        base: dict[str, Any] = {"problem": problem, **problem_spec(problem).model_defaults}
         base.update(overrides)
         return cls(**base)
 

@@ -176,7 +176,7 @@ def verify_solution_file(sol: Path, instance_path: Path | None, convention: str)
     except (OSError, ValueError) as error:
         print(f"linc-solve: {error}", file=sys.stderr)
         return 2
-    solution = routes if instance.problem != "tsp" else [[c for r in routes for c in r]]
+    solution = routes if instance.has_depot else [[c for r in routes for c in r]]
     result = verify_instance(instance, 0, solution, convention=convention)
     decimals = _COST_DECIMALS[convention]
     print(f"solution: {sol}")

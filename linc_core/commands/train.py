@@ -25,9 +25,10 @@ from pathlib import Path
 
 import torch
 
-from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
+from linc_core.problems.spec import problem_names
 from linc_core.runs.plan import (
     DataSource,
     RunPlan,
@@ -62,7 +63,7 @@ TRAIN_FLAGS = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linc-train", description=__doc__.splitlines()[0])
-    p.add_argument("--problem", choices=literal_values(ModelConfig, "problem"), default="cvrptw")
+    p.add_argument("--problem", choices=problem_names(), default="cvrptw")
     p.add_argument("--size", type=int, default=20, help="customers (cities) per instance")
     p.add_argument("--preset", choices=sorted(PRESETS), default="full_linc")
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="generated")

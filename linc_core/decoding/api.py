@@ -15,6 +15,7 @@ from linc_core.decoding.sgbs import sgbs_rows
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
 from linc_core.problems.base import actions_to_routes
+from linc_core.problems.spec import problem_spec
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ class DecodeResult:
 
 
 def actions_to_solution(actions: Tensor, problem: str, num_nodes: int) -> list[list[int]]:
-    """One rollout's actions (forced prefix included) as a verifier-ready solution."""
-    if problem == "tsp":
+    """One rollout's actions (forced prefix included) as a verifier-ready solution: depot
+    routes, or one tour where the problem has no depot."""
+    if not problem_spec(problem).has_depot:
         return [[int(a) for a in actions[:num_nodes].tolist()]]
     return actions_to_routes(actions)
 
@@ -57,7 +59,7 @@ def actions_to_solution(actions: Tensor, problem: str, num_nodes: int) -> list[l
 def exact_length(instance: Instance, index: int, solution: list[list[int]]) -> float:
     """Float64 Euclidean length of ``solution`` on row ``index`` of ``instance``."""
     locs = instance.locs[index].detach().cpu().double()
-    if instance.problem == "tsp":
+    if not instance.has_depot:
         tour = torch.tensor(solution[0], dtype=torch.long)
         path = torch.cat([tour, tour[:1]])
     else:

@@ -38,9 +38,10 @@ means the true arrival is within the true window. (The verifier starts every rou
 and ignores the depot's ready and service times; the model keeps them, which is only stricter.)
 Demands and capacity are integers in every
 benchmark; fractional ones are scaled by ``DEMAND_SCALE`` with demand rounded up and capacity
-rounded down for the same reason.
+rounded down for the same reason. The depot, clients and vehicles of each problem, and these
+roundings, are :mod:`linc_core.problems.pyvrp_fleets`'.
 
-A tiny tolerance (``_ROUNDING_SLACK``, in scaled units) is taken off before a ceiling and added
+A tiny tolerance (``ROUNDING_SLACK``, in scaled units) is taken off before a ceiling and added
 before a floor so that float noise such as ``30.000000000000004`` does not cost a whole unit.
 
 The command line ``linc-solve`` is :mod:`linc_core.commands.solve`.
@@ -48,15 +49,15 @@ The command line ``linc-solve`` is :mod:`linc_core.commands.solve`.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
-import numpy as np
 from pyvrp import Model
 from pyvrp.stop import MaxRuntime
 
 from linc_core.instances import Instance
+from linc_core.problems.pyvrp_fleets import round_nearest, round_up
+from linc_core.problems.spec import problem_spec
 from linc_core.verify import (
     CONVENTIONS,
     VerifyResult,
@@ -66,14 +67,6 @@ from linc_core.verify import (
 
 DEFAULT_SCALE: dict[str, int] = {"exact": 1000, "dimacs": 10, "tsplib": 1, "cvrplib": 1}
 """Integer factor applied to lengths and times when ``scale`` is not given."""
-
-DEMAND_SCALE = 1000
-"""Factor applied to demands and capacity when any of them is fractional."""
-
-# Allowed float noise, in scaled integer units, before a ceiling or a floor moves a whole unit.
-# Products of up to ~1e8 carry noise below 1e-8; at scale 1000 the slack is 1e-10 of a time
-# unit per edge, far inside the verifier's 1e-9 relative tolerance.
-_ROUNDING_SLACK = 1e-7
 
 
 class PyVRPError(RuntimeError):
@@ -116,53 +109,16 @@ class PyVRPSolution:
         return bool(self.verify.feasible)
 
 
-# ---------------------------------------------------------------------------- rounding
-def _round_nearest(values: np.ndarray) -> np.ndarray:
-    return np.rint(values).astype(np.int64)
-
-
-def _round_up(values: np.ndarray) -> np.ndarray:
-    return np.ceil(values - _ROUNDING_SLACK).astype(np.int64)
-
-
-def _ceil_scaled(value: float, factor: int) -> int:
-    return math.ceil(value * factor - _ROUNDING_SLACK)
-
-
-def _floor_scaled(value: float, factor: int) -> int:
-    return math.floor(value * factor + _ROUNDING_SLACK)
-
-
-def _scaled_window(ready: float, due: float, scale: int) -> dict[str, int]:
-    """PyVRP ``tw_early``/``tw_late`` keywords for ``[ready, due]``, narrowed inwards.
-
-    An infinite due time is left out so that PyVRP keeps its own "no deadline" default.
-    """
-    window = {"tw_early": _ceil_scaled(ready, scale)}
-    if math.isfinite(due):
-        window["tw_late"] = _floor_scaled(due, scale)
-    return window
-
-
-def _load_data(demand: np.ndarray, capacity: float) -> tuple[list[int], int | None]:
-    """Integer demands per node and the capacity (``None`` when unbounded)."""
-    bounded = math.isfinite(capacity)
-    values = np.append(demand, capacity) if bounded else demand
-    if np.all(values == np.round(values)):
-        return [int(d) for d in np.round(demand)], round(capacity) if bounded else None
-    # Fractional loads: demand up, capacity down, so any load PyVRP accepts truly fits.
-    scaled_demand = [_ceil_scaled(float(d), DEMAND_SCALE) for d in demand]
-    return scaled_demand, _floor_scaled(capacity, DEMAND_SCALE) if bounded else None
-
-
 # ---------------------------------------------------------------------------- model
 def build_model(
     instance: Instance, index: int = 0, *, convention: str = "exact", scale: int | None = None
 ) -> Model:
     """The PyVRP model of row ``index`` of ``instance`` under ``convention``.
 
-    Node ``k`` of the instance becomes PyVRP location ``k``; node 0 is the depot (for TSP,
-    city 0 acts as the depot of a single vehicle). See the module docstring for the scaling.
+    Node ``k`` of the instance becomes PyVRP location ``k``, with every edge between them; the
+    problem's spec adds the depot, clients and vehicles (``pyvrp_fleet``: node 0 is the depot;
+    for TSP, city 0 acts as the depot of a single vehicle). See the module docstring for the
+    scaling, and :mod:`linc_core.problems.pyvrp_fleets` for the built-in fleets.
 
     Args:
         instance: Batch of instances.
@@ -187,50 +143,22 @@ def build_model(
         raise ValueError(f"Need at least two nodes to route, got {instance.num_nodes}.")
 
     locs = instance.locs[index].double().cpu().numpy()
-    demand = instance.demand[index].double().cpu().numpy()
-    windows = instance.time_windows[index].double().cpu().numpy()
-    service = instance.service_time[index].double().cpu().numpy()
     alpha = float(instance.travel_time_scale[index])
-    capacity = float(instance.capacity[index])
 
     # The verifier's own length function, so model and re-scoring cannot disagree on an edge.
     lengths = edge_lengths(locs, convention)
-    distances = _round_nearest(lengths * scale)
-    durations = _round_up(lengths * alpha * scale)
+    distances = round_nearest(lengths * scale)
+    durations = round_up(lengths * alpha * scale)
 
     model = Model()
     locations = [model.add_location(float(x), float(y)) for x, y in locs]
 
-    if instance.problem == "tsp":
-        model.add_depot(locations[0])
-        for node in range(1, instance.num_nodes):
-            model.add_client(locations[node], name=str(node))
-        # One vehicle without a load dimension: the tour leaves city 0 and comes back to it.
-        model.add_vehicle_type(num_available=1, unit_distance_cost=1, unit_duration_cost=0)
-    else:
-        node_demand, node_capacity = _load_data(demand, capacity)
-        horizon = _scaled_window(float(windows[0, 0]), float(windows[0, 1]), scale)
-        depot = model.add_depot(
-            locations[0], service_duration=_ceil_scaled(float(service[0]), scale), **horizon
+    fleet = problem_spec(instance.problem).pyvrp_fleet
+    if fleet is None:
+        raise ValueError(
+            f"problem {instance.problem!r} has no PyVRP model (its spec's pyvrp_fleet)"
         )
-        for node in range(1, instance.num_nodes):
-            model.add_client(
-                locations[node],
-                delivery=[node_demand[node]] if node_capacity is not None else [],
-                service_duration=_ceil_scaled(float(service[node]), scale),
-                name=str(node),
-                **_scaled_window(float(windows[node, 0]), float(windows[node, 1]), scale),
-            )
-        # As many vehicles as customers: the fleet never limits the distance-only search.
-        model.add_vehicle_type(
-            num_available=instance.num_customers,
-            capacity=[node_capacity] if node_capacity is not None else [],
-            start_depot=depot,
-            end_depot=depot,
-            unit_distance_cost=1,
-            unit_duration_cost=0,
-            **horizon,
-        )
+    fleet(model, locations, instance, index, scale)
 
     for frm, frm_location in enumerate(locations):
         for to, to_location in enumerate(locations):
@@ -294,7 +222,7 @@ def solve_with_pyvrp(
         for route in result.best.routes()
     ]
     routes = [route for route in routes if route]
-    if instance.problem == "tsp":
+    if not instance.has_depot:
         # PyVRP's client k sits on city k + 1 and the tour starts at city 0 (the depot).
         routes = [[0, *routes[0]]] if routes else [[0]]
 

@@ -156,7 +156,7 @@ def plot_routes(instance: Instance, solution: Sequence[Sequence[int]], title: st
     axes = figure.add_subplot()
     cmap = matplotlib.colormaps["tab20"]
     for r, route in enumerate(solution):
-        path = [*route, route[0]] if instance.problem == "tsp" else [0, *route, 0]
+        path = [0, *route, 0] if instance.has_depot else [*route, route[0]]
         xy = locs[path]
         axes.plot(xy[:, 0], xy[:, 1], "-", color=cmap(r % 20), linewidth=1.2)
     start = 1 if instance.has_depot else 0

@@ -3,7 +3,8 @@
 Modules, one job each:
 
 - :mod:`~linc_core.instances.batch`: ``Instance`` (+ ``InstanceError``) and operations on
-  whole instances (``truncate_customers``);
+  whole instances (``truncate_customers``); which fields a problem uses, and its own
+  ``extras``, its spec says (:mod:`linc_core.problems.spec`);
 - :mod:`~linc_core.instances.validation`: ``validate_instance``, run by every reader;
 - :mod:`~linc_core.instances.reading`: what the readers share (default dtype, grid sizes);
 - :mod:`~linc_core.instances.solomon`: ``read_solomon``, ``read_solomon_folder``;
@@ -12,11 +13,9 @@ Modules, one job each:
 """
 
 from linc_core.instances.batch import (
-    PROBLEM_KINDS,
     TENSOR_FIELDS,
     Instance,
     InstanceError,
-    ProblemKind,
     truncate_customers,
 )
 from linc_core.instances.reading import DEFAULT_READER_DTYPE
@@ -33,12 +32,10 @@ from linc_core.instances.vrplib_files import (
 __all__ = [
     "CVRPLIB_GRID_SIZES",
     "DEFAULT_READER_DTYPE",
-    "PROBLEM_KINDS",
     "SOLOMON_GRID_SIZES",
     "TENSOR_FIELDS",
     "Instance",
     "InstanceError",
-    "ProblemKind",
     "read_cvrplib",
     "read_solomon",
     "read_solomon_folder",

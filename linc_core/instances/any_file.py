@@ -1,41 +1,44 @@
 """Any benchmark file, whatever its format: the format from the extension (a path) or from the
 content (text, as a served model receives it), read by the matching reader.
 
-Formats: ``solomon`` (``.txt``, Solomon/Homberger VRPTW), ``tsplib`` (``.tsp``, EUC_2D) and
-``cvrplib`` (``.vrp``, CVRPLIB).
+The formats are the problems' (their specs' ``file_formats``): ``solomon`` (``.txt``,
+Solomon/Homberger VRPTW), ``tsplib`` (``.tsp``, EUC_2D) and ``cvrplib`` (``.vrp``, CVRPLIB), and
+any a registered problem adds (read from a path; the text sniffing knows the three).
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from linc_core.instances.batch import Instance, InstanceError
-from linc_core.instances.solomon import read_solomon
-from linc_core.instances.vrplib_files import read_cvrplib, read_tsplib
+from linc_core.problems.spec import FileFormat, problem_names, problem_spec
 
-SUFFIXES = {"solomon": ".txt", "tsplib": ".tsp", "cvrplib": ".vrp"}
-READERS: dict[str, Callable[[Path], Instance]] = {
-    "solomon": read_solomon,
-    "tsplib": read_tsplib,
-    "cvrplib": read_cvrplib,
-}
-_FORMAT_BY_SUFFIX = {suffix: name for name, suffix in SUFFIXES.items()}
+
+def file_formats() -> dict[str, FileFormat]:
+    """Every file format of every known problem: name -> (suffix, reader)."""
+    return {
+        name: file_format
+        for problem in problem_names()
+        for name, file_format in problem_spec(problem).file_formats.items()
+    }
 
 
 def detect_format(path: Path) -> str:
-    """``"solomon"``, ``"tsplib"`` or ``"cvrplib"`` from a file's extension (any case).
+    """The format of a file from its extension (any case): ``"solomon"`` (``.txt``),
+    ``"tsplib"`` (``.tsp``), ``"cvrplib"`` (``.vrp``) or a registered problem's.
 
     Raises:
-        ValueError: The extension is none of ``.txt``, ``.tsp``, ``.vrp``.
+        ValueError: No known format has the extension.
     """
-    file_format = _FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    known = file_formats()
+    file_format = {f.suffix: name for name, f in known.items()}.get(path.suffix.lower())
     if file_format is None:
+        *first, last = [f"{f.suffix} ({f.title})" for f in known.values()]
         raise ValueError(
             f"{path}: extension {path.suffix or '(none)'!r} is not one linc reads: "
-            ".txt (Solomon), .tsp (TSPLIB) or .vrp (CVRPLIB)"
+            f"{', '.join(first)} or {last}"
         )
     return file_format
 
@@ -43,7 +46,7 @@ def detect_format(path: Path) -> str:
 def read_instance(path: Path) -> tuple[str, Instance]:
     """(format, instance) of a benchmark file; the reader's own error when it cannot read it."""
     file_format = detect_format(path)
-    return file_format, READERS[file_format](path)
+    return file_format, file_formats()[file_format].read(path)
 
 
 # The patterns below read one line each: ``[^\S\n]`` is whitespace other than a line break.
@@ -95,15 +98,15 @@ def read_instance_text(text: str, name: str = "instance") -> tuple[str, Instance
     file_format = format_of_text(text, name)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "instance"
     with tempfile.TemporaryDirectory(prefix="linc-instance-") as folder:
-        path = Path(folder) / f"{safe}{SUFFIXES[file_format]}"
+        known = file_formats()[file_format]
+        path = Path(folder) / f"{safe}{known.suffix}"
         path.write_text(text)
-        return file_format, READERS[file_format](path)
+        return file_format, known.read(path)
 
 
 __all__ = [
-    "READERS",
-    "SUFFIXES",
     "detect_format",
+    "file_formats",
     "format_of_text",
     "name_in_text",
     "read_instance",

@@ -1,6 +1,7 @@
 """The `Instance` batch type shared by environments, generators, readers and the verifier.
 
-One type covers the three problems so that every consumer reads the same fields:
+One type covers every problem so that every consumer reads the same fields (a problem's spec,
+:mod:`linc_core.problems.spec`, says which it uses and may add its own, ``extras``):
 
 - ``tsp``: ``locs`` are the cities; there is no depot. Demand is zero, capacity infinite,
   windows ``[0, inf]``.
@@ -18,16 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
-ProblemKind = Literal["tsp", "cvrp", "cvrptw"]
-PROBLEM_KINDS: tuple[str, ...] = ("tsp", "cvrp", "cvrptw")
+from linc_core.problems.spec import ProblemName, problem_spec
 
 
 class InstanceError(ValueError):
@@ -57,7 +56,7 @@ class Instance:
     """A batch of B routing instances with N nodes each (depot included for CVRP/CVRPTW).
 
     Attributes:
-        problem: ``"tsp"``, ``"cvrp"`` or ``"cvrptw"``.
+        problem: a registered problem (``"tsp"``, ``"cvrp"``, ``"cvrptw"``, ...).
         locs: ``[B, N, 2]`` coordinates; node 0 is the depot for CVRP/CVRPTW.
         demand: ``[B, N]`` raw demands (depot 0; all 0 for TSP).
         capacity: ``[B]`` vehicle capacity (``inf`` for TSP).
@@ -68,9 +67,11 @@ class Instance:
         grid_size: ``[B]`` side of the square the coordinates live in (reflection bound of the
             dihedral augmentations and the model's ``grid`` input scale).
         names: optional instance names, one per batch row.
+        extras: the tensors a problem adds (its spec's ``extra_fields``: ``[B]`` per instance,
+            ``[B, N]`` or ``[B, N, w]`` per node); empty for the built-in problems.
     """
 
-    problem: ProblemKind
+    problem: ProblemName
     locs: Tensor
     demand: Tensor
     capacity: Tensor
@@ -79,10 +80,15 @@ class Instance:
     travel_time_scale: Tensor
     grid_size: Tensor
     names: tuple[str, ...] | None = None
+    extras: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.problem not in PROBLEM_KINDS:
-            raise ValueError(f"Expected problem in {PROBLEM_KINDS}, got {self.problem!r}.")
+        widths = problem_spec(self.problem).extra_fields
+        if set(self.extras) != set(widths):
+            raise ValueError(
+                f"Instance.extras: a {self.problem} instance holds {sorted(widths)}, "
+                f"got {sorted(self.extras)}."
+            )
         b, n = self.locs.shape[:2]
         expected = {
             "locs": (b, n, 2),
@@ -93,8 +99,9 @@ class Instance:
             "travel_time_scale": (b,),
             "grid_size": (b,),
         }
+        expected |= {name: extra_field_shape(w, b, n) for name, w in widths.items()}
         for name, shape in expected.items():
-            got = tuple(getattr(self, name).shape)
+            got = tuple(self._tensor(name).shape)
             if got != shape:
                 raise ValueError(f"Instance.{name}: expected shape {shape}, got {got}.")
         if self.names is not None and len(self.names) != b:
@@ -104,7 +111,7 @@ class Instance:
     @classmethod
     def from_arrays(
         cls,
-        problem: ProblemKind,
+        problem: ProblemName,
         locs: object,
         *,
         demand: object | None = None,
@@ -116,13 +123,15 @@ class Instance:
         names: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
         source: str | None = None,
+        extras: Mapping[str, object] | None = None,
     ) -> Instance:
         """Build a batch from array-likes, filling the fields a problem does not use.
 
         ``locs`` is ``[B, N, 2]`` (or ``[N, 2]`` for a single instance, which adds B = 1);
         the other fields follow the same leading dims. Scalars per instance (capacity,
         travel_time_scale, grid_size) may be given as Python numbers. ``service_time`` may be
-        ``[B]`` (one duration per instance, applied to customers; the depot gets 0).
+        ``[B]`` (one duration per instance, applied to customers; the depot gets 0). ``extras``
+        are the problem's own fields (its spec's ``extra_fields``), same leading dims.
 
         With ``source`` (data from outside, e.g. a served request's row), every given field
         must be numbers of its expected shape, else :class:`InstanceError` names ``source``,
@@ -171,7 +180,7 @@ class Instance:
             st = torch.as_tensor(service_time, dtype=dtype)
             if st.dim() == 0 or (st.dim() == 1 and not single and st.shape[0] == b):
                 service = st.reshape(-1, 1).expand(b, n).clone()
-                if problem != "tsp":
+                if problem_spec(problem).has_depot:
                     service[:, 0] = 0.0
             else:
                 service = st.unsqueeze(0) if single else st
@@ -189,6 +198,7 @@ class Instance:
             travel_time_scale=per_instance(travel_time_scale, 1.0),
             grid_size=grid,
             names=tuple(names) if names is not None else None,
+            extras={key: per_node(value, 0.0) for key, value in (extras or {}).items()},
         )
 
     # ------------------------------------------------------------------ properties
@@ -203,7 +213,8 @@ class Instance:
 
     @property
     def has_depot(self) -> bool:
-        return self.problem != "tsp"
+        """Node 0 is a depot (the problem's spec says)."""
+        return problem_spec(self.problem).has_depot
 
     @property
     def num_customers(self) -> int:
@@ -221,24 +232,33 @@ class Instance:
         """sha256 (16 hex digits) of one row's data: equal data, equal fingerprint.
 
         Hashes the problem name, then row ``row`` of ``locs``, ``demand``, ``capacity``,
-        ``time_windows``, ``service_time`` and ``travel_time_scale``, each as float64 bytes
-        (names and ``grid_size`` are left out). The PyVRP cost cache keys on it, so the
-        definition must not change.
+        ``time_windows``, ``service_time`` and ``travel_time_scale``, then of the ``extras`` in
+        name order, each as float64 bytes (names and ``grid_size`` are left out). The PyVRP
+        cost cache keys on it, so the definition must not change.
         """
         digest = hashlib.sha256(self.problem.encode())
         for name in ("locs", "demand", "capacity", "time_windows", "service_time"):
             digest.update(getattr(self, name)[row].detach().cpu().double().numpy().tobytes())
         digest.update(self.travel_time_scale[row].detach().cpu().double().numpy().tobytes())
+        for name in sorted(self.extras):
+            digest.update(self.extras[name][row].detach().cpu().double().numpy().tobytes())
         return digest.hexdigest()[:16]
 
     # ------------------------------------------------------------------ transforms
+    def _tensor(self, name: str) -> Tensor:
+        return self.extras[name] if name in self.extras else getattr(self, name)
+
+    def _map(self, change: Callable[[Tensor], Tensor], **fields: object) -> Instance:
+        """This batch with ``change`` applied to every tensor, its own and its extras."""
+        tensors = {f: change(getattr(self, f)) for f in TENSOR_FIELDS}
+        extras = {k: change(v) for k, v in self.extras.items()}
+        return replace(self, extras=extras, **tensors, **fields)  # type: ignore[arg-type]
+
     def to(
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> Instance:
         """Move every tensor to ``device`` and/or cast the floating fields to ``dtype``."""
-        return replace(
-            self, **{f: getattr(self, f).to(device=device, dtype=dtype) for f in TENSOR_FIELDS}
-        )
+        return self._map(lambda t: t.to(device=device, dtype=dtype))
 
     def select(self, index: slice | Sequence[int] | Tensor) -> Instance:
         """A sub-batch (rows ``index``), keeping names aligned."""
@@ -247,16 +267,12 @@ class Instance:
         if self.names is not None:
             rows = range(self.batch_size)[idx] if isinstance(idx, slice) else idx.tolist()
             names = tuple(self.names[i] for i in rows)
-        return replace(self, names=names, **{f: getattr(self, f)[idx] for f in TENSOR_FIELDS})
+        return self._map(lambda t: t[idx], names=names)
 
     def repeat(self, times: int) -> Instance:
         """Tile the batch ``times`` times along B (block-major: row = copy * B + b)."""
-        reps = {
-            f: getattr(self, f).repeat(times, *([1] * (getattr(self, f).dim() - 1)))
-            for f in TENSOR_FIELDS
-        }
         names = self.names * times if self.names is not None else None
-        return replace(self, names=names, **reps)
+        return self._map(lambda t: t.repeat(times, *([1] * (t.dim() - 1))), names=names)
 
     @staticmethod
     def concat(batches: Sequence[Instance]) -> Instance:
@@ -276,8 +292,16 @@ class Instance:
         return Instance(
             problem=batches[0].problem,
             names=names,
+            extras={k: torch.cat([b.extras[k] for b in batches]) for k in batches[0].extras},
             **{f: torch.cat([getattr(b, f) for b in batches]) for f in TENSOR_FIELDS},
         )
+
+
+def extra_field_shape(width: int, batch: int, num_nodes: int) -> tuple[int, ...]:
+    """The shape of an extra field of per-node ``width`` (0: one value per instance)."""
+    return (
+        (batch,) if width == 0 else (batch, num_nodes) if width == 1 else (batch, num_nodes, width)
+    )
 
 
 _PER_INSTANCE = ("capacity", "travel_time_scale", "grid_size")
@@ -364,4 +388,6 @@ def truncate_customers(instance: Instance, num_customers: int) -> Instance:
         travel_time_scale=instance.travel_time_scale.clone(),
         grid_size=instance.grid_size.clone(),
         names=instance.names,
+        # per-node extras ([B, N, ...]) keep their first nodes, per-instance ones ([B]) all
+        extras={k: (v[:, :keep] if v.dim() > 1 else v).clone() for k, v in instance.extras.items()},
     )

@@ -46,8 +46,8 @@ from linc_core.instances import (
     read_cvrplib,
     read_solomon,
     read_solution,
-    read_tsplib,
 )
+from linc_core.problems.spec import problem_spec
 from linc_core.utils.atomic import write_atomic
 
 DATA_DIR_ENV = "LINC_DATA_DIR"
@@ -67,7 +67,7 @@ class Benchmark:
         name: key in ``BENCHMARKS``.
         folder: sub-folder of the data folder.
         pattern: glob of its instance files.
-        problem: ``"cvrptw"``, ``"cvrp"`` or ``"tsp"``.
+        problem: the problem its files hold (``"cvrptw"``, ``"cvrp"`` or ``"tsp"``).
         bks_column: ``bks.csv`` column holding the best-known (or optimal) cost.
         convention: distance convention the best-known costs are stated in.
     """
@@ -80,12 +80,10 @@ class Benchmark:
     convention: str
 
     def read(self, path: str | os.PathLike[str]) -> Instance:
-        """Read one of this benchmark's instance files with the matching reader."""
-        if self.problem == "cvrptw":
-            return read_solomon(path)
-        if self.problem == "tsp":
-            return read_tsplib(path)
-        return read_cvrplib(path)
+        """Read one of this benchmark's instance files with the reader of its problem's file
+        format of that suffix (the spec's ``file_formats``)."""
+        formats = problem_spec(self.problem).file_formats.values()
+        return next(f for f in formats if self.pattern.endswith(f.suffix)).read(path)
 
 
 BENCHMARKS: dict[str, Benchmark] = {

@@ -22,6 +22,10 @@ column                 Arrow type            tasks   convention
 ``travel_time_scale``  float32               cvrptw  alpha: travel time = distance x alpha
 =====================  ====================  ======  =======================================
 
+Which columns a problem stores is its spec's ``instance_fields`` (the table gives the built-in
+problems'); a problem's ``extra_fields`` follow as float32 columns (one value per instance, or
+``w`` values per node in a list of ``w N``).
+
 N counts every node (depot included). Lists are flattened row-major so a ``[B, N, 2]`` tensor
 maps to B lists of 2N floats with no reordering. Fields a task does not store take the
 :class:`~linc_core.instances.Instance` defaults on reading (demand 0, capacity inf, windows
@@ -54,7 +58,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from linc_core.instances import PROBLEM_KINDS, Instance, InstanceError
+from linc_core.instances import Instance, InstanceError
+from linc_core.instances.batch import extra_field_shape
+from linc_core.problems.spec import problem_names, problem_spec
 
 SCHEMA_VERSION = 1
 METADATA_PREFIX = "linc."
@@ -72,8 +78,8 @@ _PARQUET_OPTIONS: dict[str, Any] = {
     "data_page_version": "1.0",
 }
 
-# Per task: the Instance fields stored, each with its Arrow type and per-node width
-# (0 = one value per instance, k = k values per node).
+# The Instance fields a problem may store (its spec's instance_fields), each with its Arrow type
+# and per-node width (0 = one value per instance, k = k values per node).
 _FIELD_LAYOUT: dict[str, tuple[pa.DataType, int]] = {
     "locs": (pa.list_(pa.float32()), 2),
     "grid_size": (pa.float32(), 0),
@@ -83,11 +89,15 @@ _FIELD_LAYOUT: dict[str, tuple[pa.DataType, int]] = {
     "service_time": (pa.list_(pa.float32()), 1),
     "travel_time_scale": (pa.float32(), 0),
 }
-_TASK_FIELDS: dict[str, tuple[str, ...]] = {
-    "tsp": ("locs", "grid_size"),
-    "cvrp": ("locs", "grid_size", "demand", "capacity"),
-    "cvrptw": tuple(_FIELD_LAYOUT),  # every field
-}
+
+
+def _layout(problem: str) -> dict[str, tuple[pa.DataType, int]]:
+    """The stored columns of ``problem`` after ``name``: field -> (Arrow type, per-node width)."""
+    spec = problem_spec(problem)
+    layout = {name: _FIELD_LAYOUT[name] for name in spec.instance_fields}
+    for name, width in spec.extra_fields.items():
+        layout[name] = (pa.list_(pa.float32()) if width else pa.float32(), width)
+    return layout
 
 
 class DatasetSchemaError(InstanceError):
@@ -96,10 +106,9 @@ class DatasetSchemaError(InstanceError):
 
 def dataset_schema(problem: str) -> pa.Schema:
     """The Arrow schema of a shard of ``problem`` (without the key-value metadata)."""
-    _check_problem(problem)
     columns = [pa.field("name", pa.string(), nullable=True)]
     columns += [
-        pa.field(name, _FIELD_LAYOUT[name][0], nullable=False) for name in _TASK_FIELDS[problem]
+        pa.field(name, kind, nullable=False) for name, (kind, _) in _layout(problem).items()
     ]
     return pa.schema(columns)
 
@@ -125,20 +134,22 @@ def instance_to_table(instance: Instance, metadata: Mapping[str, object] | None 
             the default the reader would restore (the round trip would not be exact).
     """
     problem = instance.problem
-    stored = _TASK_FIELDS[problem]
+    layout = _layout(problem)
     batch, num_nodes = instance.batch_size, instance.num_nodes
     defaults = _defaults(problem, batch, num_nodes)
     columns: dict[str, pa.Array] = {}
     names = instance.names
     columns["name"] = pa.array(list(names) if names is not None else [None] * batch, pa.string())
-    for field_name, (_, width) in _FIELD_LAYOUT.items():
-        tensor = getattr(instance, field_name).detach().cpu()
+    tensors = {field_name: getattr(instance, field_name) for field_name in _FIELD_LAYOUT}
+    for field_name, (_, width) in (_FIELD_LAYOUT | layout).items():
+        tensor = tensors.get(field_name, instance.extras.get(field_name))
+        tensor = tensor.detach().cpu()  # type: ignore[union-attr]
         if tensor.dtype != torch.float32:
             raise ValueError(
                 f"instance_to_table: {field_name} is {tensor.dtype}; the schema stores float32 "
                 "(cast with instance.to(dtype=torch.float32) first)."
             )
-        if field_name not in stored:
+        if field_name not in layout:
             if not torch.equal(tensor, defaults[field_name]):
                 raise ValueError(
                     f"instance_to_table: a {problem} data set does not store {field_name}, but "
@@ -184,8 +195,7 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
             raise DatasetSchemaError(source, field.name, str(got), f"expected type {field.type}")
     batch = table.num_rows
     tensors = _defaults(problem, batch, num_nodes)
-    for field_name in _TASK_FIELDS[problem]:
-        width = _FIELD_LAYOUT[field_name][1]
+    for field_name, (_, width) in _layout(problem).items():
         column = table.column(field_name).combine_chunks()
         if column.null_count:
             raise DatasetSchemaError(source, field_name, "null", "nulls are not allowed")
@@ -204,13 +214,14 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
                 f"expected {row_length} values (num_nodes={num_nodes})",
             )
         flat = column.flatten().to_numpy()
-        shape = (batch, num_nodes, 2) if width == 2 else (batch, num_nodes)
+        shape = (batch, num_nodes, width) if width > 1 else (batch, num_nodes)
         tensors[field_name] = torch.from_numpy(flat.reshape(shape).copy())
     names_column = table.column("name").to_pylist()
     names = None if all(n is None for n in names_column) else tuple(names_column)
     if names is not None and any(n is None for n in names):
         raise DatasetSchemaError(source, "name", None, "either every row is named or none")
-    return Instance(problem=problem, names=names, **tensors)  # type: ignore[arg-type]
+    extras = {name: tensors.pop(name) for name in problem_spec(problem).extra_fields}
+    return Instance(problem=problem, names=names, extras=extras, **tensors)  # type: ignore[arg-type]
 
 
 def shard_metadata(schema: pa.Schema, source: str) -> dict[str, str]:
@@ -234,7 +245,7 @@ def shard_metadata(schema: pa.Schema, source: str) -> dict[str, str]:
             version,
             f"this linc reads schema version {SCHEMA_VERSION} only",
         )
-    if metadata.get("problem") not in PROBLEM_KINDS:
+    if metadata.get("problem") not in problem_names():
         raise DatasetSchemaError(
             source, f"{METADATA_PREFIX}problem", metadata.get("problem"), "unknown problem"
         )
@@ -273,14 +284,15 @@ def read_shard_bytes(data: bytes | pa.Buffer, source: str) -> tuple[Instance, di
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_problem(problem: str) -> None:
-    if problem not in _TASK_FIELDS:
-        raise ValueError(f"unknown problem {problem!r}; expected one of {tuple(_TASK_FIELDS)}")
-
-
 def _defaults(problem: str, batch: int, num_nodes: int) -> dict[str, torch.Tensor]:
-    """The values :meth:`Instance.from_arrays` gives the fields a task does not store."""
-    blank = Instance.from_arrays(problem, torch.zeros(batch, num_nodes, 2), grid_size=1.0)
+    """The values :meth:`Instance.from_arrays` gives the fields a problem does not store."""
+    extras = {
+        name: torch.zeros(extra_field_shape(width, batch, num_nodes))
+        for name, width in problem_spec(problem).extra_fields.items()
+    }
+    blank = Instance.from_arrays(
+        problem, torch.zeros(batch, num_nodes, 2), grid_size=1.0, extras=extras
+    )
     unstored = ("demand", "capacity", "time_windows", "service_time", "travel_time_scale")
     return {name: getattr(blank, name) for name in unstored}
 

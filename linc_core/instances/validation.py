@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from linc_core.instances.batch import Instance, InstanceError, ProblemKind
+from linc_core.instances.batch import Instance, InstanceError
 from linc_core.instances.reading import DEFAULT_READER_DTYPE
+from linc_core.problems.spec import ProblemName, problem_spec
 
 # Largest magnitude of a coordinate, capacity, time or service time: the models decode in
 # float32 and normalise by the largest coordinate and the horizon; a finite float64 such as
@@ -34,7 +35,7 @@ def _exceeds(value: float, limit: float) -> bool:
 
 
 def instance_from_arrays(
-    problem: ProblemKind, source: str, locs: object, **fields: object
+    problem: ProblemName, source: str, locs: object, **fields: object
 ) -> Instance:
     """An instance given as arrays from outside (a served request's row), read as a file is:
     ``Instance.from_arrays(problem, locs, source=source, dtype=float64, **fields)`` (numbers of
@@ -54,14 +55,8 @@ def validate_instance(instance: Instance, source: str) -> None:
     """Check an instance's data, raising on the first problem found.
 
     Checks, per batch row: at least one customer (city); finite coordinates within
-    ``MAX_MAGNITUDE``; for CVRP/CVRPTW a finite positive capacity, no
-    negative demand, a zero depot demand and no demand above capacity; for CVRPTW also finite
-    non-negative service times, ``ready <= due`` for every node, and that each customer ``k``
-    can be served on a route of its own using exact float distances:
-    ``arrival = d(0, k) x alpha <= due_k`` and
-    ``max(arrival, ready_k) + service_k + d(k, 0) x alpha <= due_0``.
-    Exact distances are never shorter than the DIMACS truncated ones, so a customer that
-    passes here is servable under every convention the verifier knows.
+    ``MAX_MAGNITUDE``; then the problem's own (its spec's ``check_data``): for CVRP
+    :func:`check_loads`, for CVRPTW also :func:`check_time_windows`.
 
     Args:
         instance: the batch to check (any B).
@@ -83,11 +78,13 @@ def _first_index(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _validate_row(instance: Instance, row: int, source: str) -> None:
-    def arr(name: str) -> np.ndarray:
-        return getattr(instance, name)[row].detach().cpu().to(torch.float64).numpy()
+def row_values(instance: Instance, row: int, name: str) -> np.ndarray:
+    """Field ``name`` of batch row ``row`` as float64 numpy (what the checks read)."""
+    return getattr(instance, name)[row].detach().cpu().to(torch.float64).numpy()
 
-    locs = arr("locs")
+
+def _validate_row(instance: Instance, row: int, source: str) -> None:
+    locs = row_values(instance, row, "locs")
     if instance.num_customers < 1:
         raise InstanceError(source, "locs", f"{instance.num_nodes} nodes", "no customer")
     bad = _first_index(~np.isfinite(locs).all(axis=1))
@@ -98,15 +95,20 @@ def _validate_row(instance: Instance, row: int, source: str) -> None:
         raise InstanceError(
             source, f"locs[{bad}]", locs[bad].tolist(), f"a coordinate beyond +-{MAX_MAGNITUDE:g}"
         )
-    if instance.problem == "tsp":
-        return
+    check_data = problem_spec(instance.problem).check_data
+    if check_data is not None:
+        check_data(instance, row, source)
 
-    capacity = float(arr("capacity"))
+
+def check_loads(instance: Instance, row: int, source: str) -> None:
+    """A finite positive capacity, no negative demand, a zero depot demand and no demand above
+    capacity (the data checks of every problem with loads)."""
+    capacity = float(row_values(instance, row, "capacity"))
     if not (np.isfinite(capacity) and 0 < capacity <= MAX_MAGNITUDE):
         raise InstanceError(
             source, "capacity", _plain(capacity), f"must be positive and at most {MAX_MAGNITUDE:g}"
         )
-    demand = arr("demand")
+    demand = row_values(instance, row, "demand")
     bad = _first_index(~np.isfinite(demand) | (demand < 0))
     if bad is not None:
         raise InstanceError(
@@ -122,13 +124,20 @@ def _validate_row(instance: Instance, row: int, source: str) -> None:
             _plain(demand[bad]),
             f"exceeds the vehicle capacity {_plain(capacity)}: no route can serve this customer",
         )
-    if instance.problem == "cvrptw":
-        _validate_time_windows(instance, row, source, locs)
 
 
-def _validate_time_windows(instance: Instance, row: int, source: str, locs: np.ndarray) -> None:
-    windows = instance.time_windows[row].detach().cpu().to(torch.float64).numpy()
-    service = instance.service_time[row].detach().cpu().to(torch.float64).numpy()
+def check_time_windows(instance: Instance, row: int, source: str) -> None:
+    """Finite non-negative service times, ``ready <= due`` for every node, and that each
+    customer ``k`` can be served on a route of its own using exact float distances:
+    ``arrival = d(0, k) x alpha <= due_k`` and
+    ``max(arrival, ready_k) + service_k + d(k, 0) x alpha <= due_0``.
+
+    Exact distances are never shorter than the DIMACS truncated ones, so a customer that
+    passes here is servable under every convention the verifier knows.
+    """
+    locs = row_values(instance, row, "locs")
+    windows = row_values(instance, row, "time_windows")
+    service = row_values(instance, row, "service_time")
     alpha = float(instance.travel_time_scale[row])
     if not (np.isfinite(alpha) and 0 < alpha <= MAX_MAGNITUDE):
         raise InstanceError(

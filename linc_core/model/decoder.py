@@ -1,8 +1,9 @@
 """Decoder context: a masked multi-head glimpse from the current state, plus PolyNet's z residual.
 
 Keys and values are projected once per instance (``precompute``); each step builds a query from
-the step context (CVRPTW ``[E_current; load; time]``, CVRP ``[E_current; load]``, TSP
-``W_first E_first + W_last E_current``), attends over the feasible nodes, and adds
+the step context: ``W_last [E_current; scalars]`` with the problem's context scalars (its spec's
+``context_scalars``: CVRPTW load and time, CVRP load, TSP none), plus ``W_first E_first`` where
+the spec asks for it (TSP's ``first_node_query``); it attends over the feasible nodes, and adds
 ``poly_2(relu(poly_1([h0; z])))`` when z-vectors are used.
 """
 
@@ -15,8 +16,7 @@ from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
 from linc_core.problems.base import gather_rows
-
-CONTEXT_SCALARS = {"cvrptw": 2, "cvrp": 1, "tsp": 0}
+from linc_core.problems.spec import CONTEXT_SCALARS, problem_spec
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ class Decoder(nn.Module):
         d = config.embedding_dim
         self.num_heads = config.num_heads
         self.problem = config.problem
-        self.Wq_last = nn.Linear(d + CONTEXT_SCALARS[config.problem], d, bias=False)
-        self.Wq_first = nn.Linear(d, d, bias=False) if config.problem == "tsp" else None
+        spec = problem_spec(config.problem)
+        self.Wq_last = nn.Linear(d + spec.context_scalars, d, bias=False)
+        self.Wq_first = nn.Linear(d, d, bias=False) if spec.first_node_query else None
         self.Wk = nn.Linear(d, d, bias=False)
         self.Wv = nn.Linear(d, d, bias=False)
         self.multi_head_combine = nn.Linear(d, d)
@@ -86,7 +87,7 @@ class Decoder(nn.Module):
         Args:
             cache: from ``precompute``.
             current: ``[B, K]`` current node. first: ``[B, K]`` start city (TSP only).
-            scalars: ``[B, K, S]`` load / time inputs (S = 2, 1, 0 for CVRPTW, CVRP, TSP).
+            scalars: ``[B, K, S]`` load / time inputs (S = ``CONTEXT_SCALARS[problem]``).
             mask: ``[B, K, N]`` bool feasibility (True = may attend).
             z: ``[B, K, z_dim]`` or None.
 
@@ -114,3 +115,6 @@ class Decoder(nn.Module):
             poly = torch.relu(self.poly_layer_1(torch.cat([context, z.to(context.dtype)], dim=-1)))
             context = context + self.poly_layer_2(poly)
         return context
+
+
+__all__ = ["CONTEXT_SCALARS", "Decoder", "DecoderCache"]

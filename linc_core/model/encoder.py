@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
 from linc_core.model.features import NodeInputs, node_input_dim
+from linc_core.problems.spec import problem_spec
 
 
 class InstanceNormalization(nn.Module):
@@ -87,7 +88,7 @@ class Encoder(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         d = config.embedding_dim
-        self.has_depot = config.problem != "tsp"
+        self.has_depot = problem_spec(config.problem).has_depot
         if self.has_depot:
             self.embedding_depot = nn.Linear(2, d)
         self.embedding_node = nn.Linear(node_input_dim(config), d)

@@ -18,7 +18,8 @@ from torch import Tensor
 from linc_core.config import ModelConfig
 from linc_core.instances import Instance
 from linc_core.problems.base import euclidean_distances
-from linc_core.problems.cvrptw import UNBOUNDED_DUE
+from linc_core.problems.cvrptw.env import UNBOUNDED_DUE
+from linc_core.problems.spec import problem_spec
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class NodeInputs:
     """Encoder inputs.
 
     Attributes:
-        depot: ``[B, 2]`` scaled depot coordinates (None for TSP).
+        depot: ``[B, 2]`` scaled depot coordinates (None without a depot: TSP).
         nodes: ``[B, n, F]`` per-customer (or per-city) inputs, F from the config.
         static: ``[B, n, S]`` kNN statistics (S may be 0).
         time_scale: ``[B]`` what elapsed time is divided by for the decoder context.
@@ -85,24 +86,23 @@ def knn_statistics(scaled_locs: Tensor, names: tuple[str, ...], k: int) -> Tenso
 def node_inputs(instance: Instance, config: ModelConfig) -> NodeInputs:
     """Scale an instance batch into encoder inputs.
 
-    Per-node inputs: CVRPTW ``[x, y, demand / capacity, ready, due]``; CVRP ``[x, y,
-    demand / capacity]``; TSP ``[x, y]``; with ``static_feature_mode == "concat"`` the kNN
-    statistics are appended.
+    Per-node inputs: the scaled ``[x, y]``, then the problem's own (its spec's
+    ``node_features``: CVRPTW ``[demand / capacity, ready, due]``, CVRP ``[demand /
+    capacity]``, TSP none); with ``static_feature_mode == "concat"`` the kNN statistics are
+    appended.
     """
     scale = time_scale(instance, config.input_scale)  # [B]
     # Horizon scaling divides coordinates by due / alpha: scaled distances are scaled times.
     xy_scale = scale if config.input_scale == "grid" else scale / instance.travel_time_scale
     locs = instance.locs / xy_scale.view(-1, 1, 1)
-    if instance.has_depot:
+    spec = problem_spec(instance.problem)
+    if spec.has_depot:
         depot, customers = locs[:, 0], locs[:, 1:]
-        columns = [customers]
-        demand = instance.demand[:, 1:] / instance.capacity.unsqueeze(-1)
-        columns.append(demand.unsqueeze(-1))
-        if instance.problem == "cvrptw":
-            windows = instance.time_windows[:, 1:] / scale.view(-1, 1, 1)
-            columns.append(windows)
     else:
-        depot, customers, columns = None, locs, [locs]
+        depot, customers = None, locs
+    columns = [customers]
+    if spec.node_features is not None:
+        columns.append(spec.node_features(instance, scale))
     static = knn_statistics(customers, config.node_static_features, config.knn_k)
     if config.static_feature_mode == "concat":
         columns.append(static)
@@ -113,7 +113,7 @@ def node_inputs(instance: Instance, config: ModelConfig) -> NodeInputs:
 
 def node_input_dim(config: ModelConfig) -> int:
     """F: width of ``NodeInputs.nodes`` for a config."""
-    base = {"cvrptw": 5, "cvrp": 3, "tsp": 2}[config.problem]
+    base = 2 + problem_spec(config.problem).node_feature_width
     if config.static_feature_mode == "concat":
         base += len(config.node_static_features)
     return base

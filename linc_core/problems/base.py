@@ -12,6 +12,9 @@ import math
 import torch
 from torch import Tensor
 
+# A customer fits when ``demand / capacity <= load + CAPACITY_EPS`` (every problem with loads).
+CAPACITY_EPS = 1e-5
+
 
 def euclidean_distances(locs: Tensor) -> Tensor:
     """Exact pairwise Euclidean distances.
@@ -156,3 +159,10 @@ def actions_to_routes(actions: Tensor | list[int]) -> list[list[int]]:
     if current:
         routes.append(current)
     return routes
+
+
+def check_positive(**values: int) -> None:
+    """Refuse a size that is not a positive integer (the generators' arguments), naming it."""
+    for name, value in values.items():
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")

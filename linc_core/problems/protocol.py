@@ -7,8 +7,9 @@ next state with its feasibility mask; ``consequences`` is the LINC candidate tab
 soon a rollout can finish. The rollout engine
 (``linc_core.problems.rollout``) drives any such environment with any choice rule.
 
-The consequence feature names of each problem live here, once: the environments build their
-tables in this order and the model configs select from them.
+Each problem's consequence feature names are its environment's ``feature_names`` (the table's
+columns, in order), read through its spec (:mod:`linc_core.problems.spec`): the model configs
+select from them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,7 @@ from typing import Any, Protocol, Self, TypeVar
 import torch
 from torch import Tensor
 
-# Candidate consequence features per problem, in the environments' table order.
-CONSEQUENCE_FEATURES: dict[str, tuple[str, ...]] = {
-    "cvrptw": ("travel", "wait", "slack", "arrival", "departure", "angle"),
-    "cvrp": ("travel", "demand_ratio", "load_after", "dist_to_depot", "angle"),
-    "tsp": ("travel", "dist_to_start", "dist_to_centroid", "angle"),
-}
-# The features that are differences of one-step outcomes (centring them is meaningful); the
-# angle is an absolute direction and is never centred.
-RELATIVE_FEATURES: dict[str, tuple[str, ...]] = {
-    problem: tuple(f for f in names if f != "angle")
-    for problem, names in CONSEQUENCE_FEATURES.items()
-}
+from linc_core.problems.spec import CONSEQUENCE_FEATURES, RELATIVE_FEATURES
 
 
 @dataclass(slots=True)
@@ -110,7 +100,8 @@ class RoutingEnv(Protocol[StateT]):
         instance: the ``Instance`` batch (B instances, N nodes).
         num_rollouts: K.
         max_steps: a bound on the decisions after ``reset`` that any rollout needs to finish.
-        feature_names: the columns of ``consequences`` (``CONSEQUENCE_FEATURES[problem]``).
+        feature_names: the columns of ``consequences`` (the spec's ``consequence_features``).
+        relative_features: those that are differences of one-step outcomes.
     """
 
     instance: Any
@@ -119,6 +110,7 @@ class RoutingEnv(Protocol[StateT]):
     num_nodes: int
     max_steps: int
     feature_names: tuple[str, ...]
+    relative_features: tuple[str, ...]
 
     def reset(self) -> StateT: ...
 

@@ -39,8 +39,9 @@ def pomo_starts(instance: Instance, num_rollouts: int) -> Tensor:
 def start_rollouts(env: RoutingEnv[StateT], starts: Tensor | None = None) -> tuple[StateT, Tensor]:
     """The reset state, after the forced first move when ``starts`` is given.
 
-    A TSP tour without ``starts`` starts at city 0 (every tour is a cycle, so the start is a
-    convention, not a decision). A forced move has probability 1: it is not a decision.
+    A tour without a depot (TSP) and without ``starts`` starts at node 0 (every tour is a
+    cycle, so the start is a convention, not a decision). A forced move has probability 1:
+    it is not a decision.
 
     Args:
         starts: ``[B, K]`` long forced first moves, or None.
@@ -51,7 +52,7 @@ def start_rollouts(env: RoutingEnv[StateT], starts: Tensor | None = None) -> tup
     state = env.reset()
     b, k = state.current.shape
     device = state.current.device
-    if starts is None and env.instance.problem == "tsp":
+    if starts is None and not env.instance.has_depot:
         starts = torch.zeros(b, k, dtype=torch.long, device=device)
     if starts is None:
         return state, torch.zeros(b, k, 0, dtype=torch.long, device=device)

@@ -20,12 +20,8 @@ import torch
 from linc_core.config import TrainConfig
 from linc_core.instances import Instance
 from linc_core.instances.datasets import load_shard, resolve_filesystem, shard_entries
-from linc_core.problems.generators import (
-    EnvelopeConfig,
-    generate_cvrp,
-    generate_cvrptw_envelope,
-    generate_tsp,
-)
+from linc_core.problems.cvrptw import EnvelopeConfig
+from linc_core.problems.spec import problem_spec
 from linc_core.utils.seeding import derive_seed, torch_generator
 
 
@@ -38,14 +34,9 @@ class TrainingData(Protocol):
 def generate(
     problem: str, batch: int, num_customers: int, seed: int, envelope: EnvelopeConfig | None = None
 ) -> Instance:
-    """A seeded batch from the problem's training generator."""
-    if problem == "cvrptw":
-        return generate_cvrptw_envelope(batch, num_customers, seed, envelope or EnvelopeConfig())
-    if problem == "cvrp":
-        return generate_cvrp(batch, num_customers, seed)
-    if problem == "tsp":
-        return generate_tsp(batch, num_customers, seed)
-    raise ValueError(f"unknown problem {problem!r}")
+    """A seeded batch from the problem's training generator (its spec's ``generate``);
+    ``envelope`` is the generator's options (CVRPTW's; the others take none)."""
+    return problem_spec(problem).generate(batch, num_customers, seed, envelope)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ Hydra config, a checkpoint's saved config, a Tune trial's config) into such a da
 * the type of every value is checked against the field's annotation, and a ``Literal[...]``
   field accepts exactly the values its annotation lists (there is no second list to keep in
   step with it);
+* a field annotated ``Annotated[str, OneOfNames(names)]`` accepts the names
+  ``names()`` gives when it is checked: a set that grows at run time (the registered problems,
+  :data:`linc_core.problems.spec.ProblemName`), which a ``Literal`` cannot be;
 * any error is one :class:`ConfigError` line that names the section, the key and the value:
   ``train.learning_rate: expected > 0, got -0.5``.
 """
@@ -23,8 +26,9 @@ import functools
 import numbers
 import types
 import typing
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
 
@@ -44,6 +48,18 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f" (did you mean {' or '.join(repr(c) for c in close[:3])}?)" if close else ""
 
 
+@dataclass(frozen=True)
+class OneOfNames:
+    """The mark of a ``str`` field that must be one of ``names()`` (read when checked; a
+    value outside them is refused as one outside a ``Literal`` is).
+
+    Attributes:
+        names: the names accepted now.
+    """
+
+    names: Callable[[], Iterable[str]]
+
+
 def require(condition: bool, key: str, value: object, expected: str) -> None:
     """Raise ``ValueError("key: expected EXPECTED, got VALUE")`` unless ``condition`` holds."""
     if not condition:
@@ -53,7 +69,7 @@ def require(condition: bool, key: str, value: object, expected: str) -> None:
 @functools.cache
 def field_types(cls: type) -> dict[str, Any]:
     """The resolved annotation of every field of dataclass ``cls``."""
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
@@ -77,6 +93,7 @@ def check_fields(config: object) -> None:
         value = getattr(config, name)
         if not _matches(value, hint):
             words = [str(a) for a in get_args(hint) if isinstance(a, str)]
+            words += [n for mark in _marks(hint) for n in mark.names()]
             hint_text = did_you_mean(value, words) if isinstance(value, str) else ""
             raise ValueError(f"{name}: expected {_describe(hint)}, got {value!r}{hint_text}")
 
@@ -167,10 +184,21 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _marks(hint: Any) -> list[OneOfNames]:
+    """The ``OneOfNames`` marks of an ``Annotated`` hint (none for any other)."""
+    if get_origin(hint) is not Annotated:
+        return []
+    return [mark for mark in hint.__metadata__ if isinstance(mark, OneOfNames)]
+
+
 def _matches(value: Any, hint: Any) -> bool:
     origin = get_origin(hint)
     if hint is Any:
         return True
+    if origin is Annotated:
+        return _matches(value, get_args(hint)[0]) and all(
+            value in tuple(mark.names()) for mark in _marks(hint)
+        )
     if origin is Literal:
         return any(value == a and type(value) is type(a) for a in get_args(hint))
     if origin in (Union, types.UnionType):
@@ -202,6 +230,11 @@ def _matches(value: Any, hint: Any) -> bool:
 
 def _describe(hint: Any) -> str:
     origin = get_origin(hint)
+    if origin is Annotated:
+        marks = _marks(hint)
+        if not marks:
+            return _describe(get_args(hint)[0])
+        return " and ".join(f"one of {tuple(m.names())}" for m in marks)
     if origin is Literal:
         return f"one of {get_args(hint)}"
     if origin in (Union, types.UnionType):
@@ -220,6 +253,7 @@ def _describe(hint: Any) -> str:
 
 __all__ = [
     "ConfigError",
+    "OneOfNames",
     "build",
     "check_fields",
     "check_keys",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from linc_core.problems.spec import problem_spec
 from linc_core.verify.conventions import edge_lengths, exceeds
 from linc_core.verify.results import VerifyResult, Violation
 
@@ -242,7 +243,9 @@ def verify_instance(
     routes: Sequence[Sequence[int]] | Sequence[int],
     convention: str = "exact",
 ) -> VerifyResult:
-    """Check ``routes`` against row ``index`` of an :class:`Instance` batch.
+    """Check ``routes`` against row ``index`` of an :class:`Instance` batch, by the rule of
+    the instance's problem (its spec's ``verify``: :func:`verify_tour`,
+    :func:`verify_capacitated` or :func:`verify_timed` for the built-in problems).
 
     The instance's tensors are copied to numpy float64; for exact results read benchmark
     files in float64 (the readers' default), since float32 cannot hold every TSPLIB
@@ -254,24 +257,60 @@ def verify_instance(
         routes: as in :func:`verify_routes`.
         convention: one of ``CONVENTIONS`` (see :func:`convention_for`).
     """
+    return problem_spec(instance.problem).verify(instance, index, routes, convention)
 
+
+def instance_row(instance: Instance, index: int, name: str) -> np.ndarray:
+    """Field ``name`` of row ``index`` as numpy float64 (what a rule reads)."""
+    return getattr(instance, name)[index].detach().cpu().double().numpy()
+
+
+def verify_tour(
+    instance: Instance, index: int, routes: object, convention: str = "exact"
+) -> VerifyResult:
+    """One closed tour over every city (TSP's rule)."""
+    locs = instance_row(instance, index, "locs")
+    return verify_routes(routes, locs, problem="tsp", convention=convention)  # type: ignore[arg-type]
+
+
+def verify_capacitated(
+    instance: Instance, index: int, routes: object, convention: str = "exact"
+) -> VerifyResult:
+    """Depot routes serving each customer once within the capacity (CVRP's rule)."""
+    return _vehicle_routes(instance, index, routes, convention, timed=False)
+
+
+def verify_timed(
+    instance: Instance, index: int, routes: object, convention: str = "exact"
+) -> VerifyResult:
+    """Depot routes within the capacity, the time windows and the depot's due (CVRPTW's)."""
+    return _vehicle_routes(instance, index, routes, convention, timed=True)
+
+
+def _vehicle_routes(
+    instance: Instance, index: int, routes: object, convention: str, *, timed: bool
+) -> VerifyResult:
     def row(name: str) -> np.ndarray:
-        return getattr(instance, name)[index].detach().cpu().double().numpy()
+        return instance_row(instance, index, name)
 
-    problem = instance.problem
-    if problem == "tsp":
-        return verify_routes(routes, row("locs"), problem="tsp", convention=convention)
     return verify_routes(
-        routes,
+        routes,  # type: ignore[arg-type]
         row("locs"),
-        problem=problem,
+        problem="cvrptw" if timed else "cvrp",
         demand=row("demand"),
         capacity=float(row("capacity")),
-        time_windows=row("time_windows") if problem == "cvrptw" else None,
-        service_time=row("service_time") if problem == "cvrptw" else None,
+        time_windows=row("time_windows") if timed else None,
+        service_time=row("service_time") if timed else None,
         travel_time_scale=float(row("travel_time_scale")),
         convention=convention,
     )
 
 
-__all__ = ["verify_instance", "verify_routes"]
+__all__ = [
+    "instance_row",
+    "verify_capacitated",
+    "verify_instance",
+    "verify_routes",
+    "verify_timed",
+    "verify_tour",
+]

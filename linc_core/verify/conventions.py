@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    pass
+from linc_core.problems.spec import problem_names, problem_spec
 
 CONVENTIONS: tuple[str, ...] = ("exact", "dimacs", "tsplib", "cvrplib")
 RELATIVE_TOLERANCE = 1e-9
@@ -30,9 +27,6 @@ _CONVENTION_BY_NAME: dict[str, str] = {
     "cvrpxml100": "cvrplib",
     "synthetic": "exact",
     "exact": "exact",
-    "tsp": "exact",
-    "cvrp": "exact",
-    "cvrptw": "exact",
 }
 
 
@@ -77,8 +71,9 @@ def convention_for(benchmark_or_problem: str) -> str:
     """The distance convention a benchmark's best-known values are stated in.
 
     ``solomon*`` / ``homberger*`` -> ``dimacs``; ``tsplib`` -> ``tsplib``; ``cvrplib``, ``x``,
-    ``cvrplib_x``, ``xml100`` -> ``cvrplib``; ``synthetic`` and bare problem names (``tsp``,
-    ``cvrp``, ``cvrptw``) -> ``exact``. Case-insensitive; a convention name maps to itself.
+    ``cvrplib_x``, ``xml100`` -> ``cvrplib``; ``synthetic`` -> ``exact``; a bare problem name
+    (``tsp``, ``cvrp``, ``cvrptw``, any registered one) -> its spec's ``cost_convention``
+    (``exact`` for the built-in ones). Case-insensitive; a convention name maps to itself.
 
     Raises:
         ValueError: for a name it does not know (a silent default would mis-score a benchmark).
@@ -86,6 +81,8 @@ def convention_for(benchmark_or_problem: str) -> str:
     key = benchmark_or_problem.strip().lower().replace("-", "_").replace(" ", "_")
     if key in _CONVENTION_BY_NAME:
         return _CONVENTION_BY_NAME[key]
+    if key in problem_names():
+        return problem_spec(key).cost_convention
     for prefix in ("solomon", "homberger"):
         if key.startswith(prefix):
             return "dimacs"
@@ -93,7 +90,7 @@ def convention_for(benchmark_or_problem: str) -> str:
         return "cvrplib"
     raise ValueError(
         f"No distance convention known for {benchmark_or_problem!r}; "
-        f"known names: {sorted(_CONVENTION_BY_NAME)}."
+        f"known names: {sorted([*_CONVENTION_BY_NAME, *problem_names()])}."
     )
 
 

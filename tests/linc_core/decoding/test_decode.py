@@ -12,7 +12,7 @@ from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance, read_solomon, read_solomon_folder, truncate_customers
 from linc_core.model import LincPolicy
 from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms
-from linc_core.problems.generators import generate_tsp
+from linc_core.problems.tsp import generate_tsp
 from linc_core.verify import verify_instance
 from tests.conftest import tiny_policy
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from linc_core.instances import Instance, read_solomon, truncate_customers
-from linc_core.problems.generators import generate_cvrptw_envelope, generate_tsp
+from linc_core.problems import generate_cvrptw_envelope, generate_tsp
 
 
 def _solomon_like(num_customers: int = 100) -> Instance:

@@ -22,7 +22,7 @@ from linc_core.instances.parquet import (
     read_shard_bytes,
     sha256_hex,
 )
-from linc_core.problems.generators import generate_cvrp, generate_cvrptw_envelope, generate_tsp
+from linc_core.problems import generate_cvrp, generate_cvrptw_envelope, generate_tsp
 
 
 def assert_bit_identical(left: Instance, right: Instance) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from linc_core.instances import TENSOR_FIELDS, Instance
 from linc_core.instances.datasets import MANIFEST_NAME, load_dataset, shard_name
-from linc_core.problems.generators import generate_cvrptw_envelope
+from linc_core.problems.cvrptw import generate_cvrptw_envelope
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import ConfigError, build
 from orchestration.data.definition import DatagenConfig

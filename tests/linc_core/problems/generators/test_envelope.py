@@ -1,4 +1,4 @@
-"""Tests of the CVRPTW envelope generator (``linc_core.problems.generators.envelope*``).
+"""Tests of the CVRPTW envelope generator (``linc_core.problems.cvrptw.envelope*``).
 
 Feasibility is recomputed here with plain numpy, independently of the generator's own check.
 The distribution test compares 4,000 envelope instances with the reference generator's
@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from linc_core.instances import TENSOR_FIELDS, Instance
-from linc_core.problems.generators import (
+from linc_core.problems.cvrptw import (
     ENVELOPE_FAMILIES,
     EnvelopeConfig,
     generate_cvrptw_envelope,
 )
-from linc_core.problems.generators.envelope_windows import nudge_float32_feasible
+from linc_core.problems.cvrptw.envelope_windows import nudge_float32_feasible
 from linc_core.utils.seeding import derive_seed
 from tests.golden import load_golden
 from tests.instance_helpers import same_tensors

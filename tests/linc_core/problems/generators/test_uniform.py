@@ -1,11 +1,12 @@
-"""Tests of the uniform TSP/CVRP samplers (``linc_core.problems.generators.uniform``)."""
+"""Tests of the uniform TSP and CVRP samplers (``linc_core.problems.{tsp,cvrp}.generator``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from linc_core.problems.generators import CVRP_CAPACITY_BY_SIZE, generate_cvrp, generate_tsp
+from linc_core.problems.cvrp import CVRP_CAPACITY_BY_SIZE, generate_cvrp
+from linc_core.problems.tsp import generate_tsp
 from tests.instance_helpers import same_tensors
 
 

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from linc_core.instances import Instance
 from linc_core.problems.base import (
+    CAPACITY_EPS,
     angle_difference_norm,
     depot_angles,
     depot_decisions_left,
@@ -46,14 +47,8 @@ from linc_core.problems.base import (
     gather_pairs,
     gather_rows,
 )
-from linc_core.problems.protocol import (
-    CONSEQUENCE_FEATURES,
-    RELATIVE_FEATURES,
-    DecoderContext,
-    RolloutState,
-)
+from linc_core.problems.protocol import DecoderContext, RolloutState
 
-CAPACITY_EPS = 1e-5
 DEPOT_RETURN_EPS = 1e-6
 FEATURE_EPS = 1e-6
 # A depot due at or above this is treated as "no horizon" (the reference's sentinel).
@@ -96,8 +91,10 @@ class CVRPTWEnv:
             and every evaluation).
     """
 
-    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["cvrptw"]
-    relative_features: tuple[str, ...] = RELATIVE_FEATURES["cvrptw"]
+    # The consequence table's columns, in order; the angle is an absolute direction, the
+    # others differences of one-step outcomes (centring them is meaningful).
+    feature_names: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure", "angle")
+    relative_features: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure")
 
     def __init__(self, instance: Instance, num_rollouts: int, *, enforce_depot_return: bool = True):
         if not instance.has_depot:

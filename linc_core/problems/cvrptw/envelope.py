@@ -16,13 +16,13 @@ from typing import Literal, overload
 import numpy as np
 
 from linc_core.instances import Instance
-from linc_core.problems.generators.envelope_config import (
+from linc_core.problems.base import check_positive
+from linc_core.problems.cvrptw.envelope_config import (
     DEFAULT_ENVELOPE_CONFIG,
     EnvelopeConfig,
 )
-from linc_core.problems.generators.envelope_layout import sample_latents, sample_layout
-from linc_core.problems.generators.envelope_windows import assemble, sample_time_windows
-from linc_core.problems.generators.uniform import check_positive
+from linc_core.problems.cvrptw.envelope_layout import sample_latents, sample_layout
+from linc_core.problems.cvrptw.envelope_windows import assemble, sample_time_windows
 
 # Family labels returned with the latents; index = code in ``latents["family_code"]``.
 ENVELOPE_FAMILIES: tuple[str, ...] = (

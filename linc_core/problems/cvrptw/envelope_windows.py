@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from linc_core.instances import Instance
-from linc_core.problems.generators.envelope_config import DEPOT_UNIT, EnvelopeConfig
-from linc_core.problems.generators.envelope_layout import pick_component, uniform
+from linc_core.problems.cvrptw.envelope_config import DEPOT_UNIT, EnvelopeConfig
+from linc_core.problems.cvrptw.envelope_layout import pick_component, uniform
 
 
 def sample_time_windows(

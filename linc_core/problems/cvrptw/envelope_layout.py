@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from linc_core.problems.generators.envelope_config import (
+from linc_core.problems.cvrptw.envelope_config import (
     CLUSTER,
     CORRIDOR,
     DEPOT_UNIT,

@@ -1,8 +1,8 @@
-"""Uniform TSP/CVRP samplers (Kool et al. 2019).
+"""The CVRP training generator: uniform instances of Kool et al. (2019).
 
-Cities, depot and customers uniform in the unit square, CVRP demands integers 1..9 and the usual
-capacity-by-size table, ``grid_size = 1``. Every sampler takes an integer ``seed`` and draws
-from its own ``np.random.default_rng(seed)``.
+Depot and customers uniform in the unit square, demands integers 1..9 and the usual
+capacity-by-size table, ``grid_size = 1``. The sampler takes an integer ``seed`` and draws from
+its own ``np.random.default_rng(seed)``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from linc_core.instances import Instance
+from linc_core.problems.base import check_positive
 
 # Kool et al. (2019) capacity per customer count, extended to the larger sizes in common use.
 CVRP_CAPACITY_BY_SIZE: Mapping[int, float] = MappingProxyType(
@@ -34,23 +35,6 @@ CVRP_CAPACITY_BY_SIZE: Mapping[int, float] = MappingProxyType(
         1000: 150.0,
     }
 )
-
-
-def generate_tsp(batch: int, num_nodes: int, seed: int) -> Instance:
-    """Uniform random TSP instances in the unit square (Kool et al. 2019).
-
-    Args:
-        batch: number of instances B.
-        num_nodes: cities per instance N.
-        seed: seed of the instance stream.
-
-    Returns:
-        ``Instance(problem="tsp")`` with ``locs`` ``[B, N, 2]`` in ``[0, 1)``, ``grid_size`` 1.
-    """
-    check_positive(batch=batch, num_nodes=num_nodes)
-    rng = np.random.default_rng(seed)
-    locs = rng.random((batch, num_nodes, 2), dtype=np.float32)
-    return Instance.from_arrays("tsp", torch.from_numpy(locs), grid_size=1.0)
 
 
 def generate_cvrp(
@@ -93,9 +77,3 @@ def generate_cvrp(
         capacity=float(capacity),
         grid_size=1.0,
     )
-
-
-def check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")

@@ -26,12 +26,7 @@ from linc_core.problems.base import (
     gather_pairs,
     gather_rows,
 )
-from linc_core.problems.protocol import (
-    CONSEQUENCE_FEATURES,
-    RELATIVE_FEATURES,
-    DecoderContext,
-    RolloutState,
-)
+from linc_core.problems.protocol import DecoderContext, RolloutState
 
 
 @dataclass(slots=True)
@@ -57,8 +52,10 @@ class TSPEnv:
         num_rollouts: K.
     """
 
-    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["tsp"]
-    relative_features: tuple[str, ...] = RELATIVE_FEATURES["tsp"]
+    # The consequence table's columns, in order; the angle is an absolute direction, the
+    # others differences of one-step outcomes (centring them is meaningful).
+    feature_names: tuple[str, ...] = ("travel", "dist_to_start", "dist_to_centroid", "angle")
+    relative_features: tuple[str, ...] = ("travel", "dist_to_start", "dist_to_centroid")
 
     def __init__(self, instance: Instance, num_rollouts: int):
         if num_rollouts < 1:

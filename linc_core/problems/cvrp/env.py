@@ -24,6 +24,7 @@ from torch import Tensor
 
 from linc_core.instances import Instance
 from linc_core.problems.base import (
+    CAPACITY_EPS,
     angle_difference_norm,
     depot_angles,
     depot_decisions_left,
@@ -32,13 +33,7 @@ from linc_core.problems.base import (
     gather_pairs,
     gather_rows,
 )
-from linc_core.problems.cvrptw import CAPACITY_EPS
-from linc_core.problems.protocol import (
-    CONSEQUENCE_FEATURES,
-    RELATIVE_FEATURES,
-    DecoderContext,
-    RolloutState,
-)
+from linc_core.problems.protocol import DecoderContext, RolloutState
 
 
 @dataclass(slots=True)
@@ -65,8 +60,16 @@ class CVRPEnv:
         num_rollouts: K.
     """
 
-    feature_names: tuple[str, ...] = CONSEQUENCE_FEATURES["cvrp"]
-    relative_features: tuple[str, ...] = RELATIVE_FEATURES["cvrp"]
+    # The consequence table's columns, in order; the angle is an absolute direction, the
+    # others differences of one-step outcomes (centring them is meaningful).
+    feature_names: tuple[str, ...] = (
+        "travel",
+        "demand_ratio",
+        "load_after",
+        "dist_to_depot",
+        "angle",
+    )
+    relative_features: tuple[str, ...] = ("travel", "demand_ratio", "load_after", "dist_to_depot")
 
     def __init__(self, instance: Instance, num_rollouts: int):
         if not instance.has_depot:
