@@ -63,7 +63,7 @@ from linc_core.utils.typed import ConfigError, build, literal_values
 from linc_core.verify import verify_instance
 from tests.conftest import tiny_policy
 from tests.golden import golden_path, load_golden
-from tests.linc_core.problems.test_cvrptw import instance_from_golden
+from tests.linc_core.problems.cvrptw.test_env import instance_from_golden
 
 PROBLEMS = ("cvrptw", "cvrp", "tsp")
 REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
