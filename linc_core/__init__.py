@@ -24,8 +24,7 @@ the run plan), ``commands`` (the command lines) and ``utils``.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from linc_core.utils.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -55,14 +54,4 @@ _PUBLIC: dict[str, str] = {
 __all__ = ["__version__", *_PUBLIC]
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'linc_core' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

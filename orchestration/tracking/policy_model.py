@@ -238,6 +238,7 @@ class LincPolicyModel(PythonModel):
     def _instance(self, record: dict[str, Any], index: int, limits: ServingLimits) -> Any:
         from linc_core.instances.any_file import name_in_text, read_instance_text
         from linc_core.instances.validation import instance_from_arrays
+        from linc_core.problems.spec import problem_spec
 
         problem = self.policy.config.problem
         text = record.get("instance")
@@ -253,7 +254,7 @@ class LincPolicyModel(PythonModel):
             _, instance = read_instance_text(text, name)
         elif _present(record.get("locs")):
             nodes = len(record["locs"]) if hasattr(record["locs"], "__len__") else 0
-            _check_customers(nodes - (problem != "tsp"), index, limits)
+            _check_customers(nodes - int(problem_spec(problem).has_depot), index, limits)
             fields_given = ("demand", "capacity", "time_windows", "service_time")
             given = {key: record[key] for key in fields_given if _present(record.get(key))}
             source = f"row {index} ({name})"
