@@ -196,6 +196,8 @@ class ClusterSpec:
         preemption_grace_s: after a SIGTERM, how long a trial's process may take to checkpoint
             its current step before it ends (below the cluster's own grace period:
             infra/README.md).
+        trust_unsealed_state: a re-run accepts Tune's saved state that has no seal (a sweep
+            written before linc sealed it) and seals it; one run's setting, not the sweep's.
     """
 
     address: str | None = None
@@ -216,6 +218,7 @@ class ClusterSpec:
     pending_timeout_s: float | None = 600.0
     stall_timeout_s: float | None = 3600.0
     preemption_grace_s: float = 30.0
+    trust_unsealed_state: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -51,8 +51,11 @@ from orchestration.experiment.stopping import (
 )
 from orchestration.experiment.tune_state import (
     KeepIntactState,
+    SweepNotRestored,
     SweepSettingsChanged,
+    check_state,
     restore_tuner,
+    without_driver_settings,
 )
 from orchestration.report.tables import ablation_table
 from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
@@ -178,13 +181,16 @@ def run_experiment(
     plan = TrialPlan.from_config(config, tracking=tracking or preflight(config))
     # What Tune keeps and writes (params.json, result.json, its experiment state) is masked:
     # a trial takes the real store and storage from the driver (with_parameters), not from it.
-    param_space = redact(param_space)
+    param_space = without_driver_settings(redact(param_space))
     place = _Place.of(config, experiment_name or name)
     fs = place.filesystem
     restore = resume and experiment_exists(config, experiment_name or name)
     record_path = _Place.of(config, name).experiment_path  # the sweep's record: its first stage
     # one driver per sweep, before anything is written (a second submission refuses)
     with SweepLease.take(fs or pafs.LocalFileSystem(), record_path, name):
+        # before anything is written or Ray starts: nothing is read of a state whose seal fails
+        trust = config.cluster.trust_unsealed_state
+        check_state(fs or pafs.LocalFileSystem(), place.experiment_path, restore, trust)
         try:
             parent = open_parent_run(
                 plan.tracking,
@@ -239,7 +245,7 @@ def run_experiment(
                 experiment.results = tuner.fit()
             except KeyboardInterrupt:
                 stop.signal = stop.signal or "SIGINT"
-            except SweepSettingsChanged:
+            except SweepNotRestored:
                 parent.close(timeout=plan.tracking.flush_timeout_s)  # nothing ran: status unchanged
                 raise
             except BaseException as err:

@@ -1,18 +1,62 @@
-"""orchestration.experiment.tune_state: Tune's saved state cut short by a full storage is put
-back from its last intact copy before a re-run restores."""
+"""orchestration.experiment.tune_state and orchestration.data.seal: Tune's saved state is sealed
+by the driver that wrote it; a re-run reads a state file only when its seal holds, puts back a
+cut or changed one from its sealed copy, and refuses any other in one line."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
+import stat
 
 import pyarrow.fs as pafs
+import pytest
 
-from orchestration.experiment.tune_state import KEEP_FOLDER, is_intact, keep_intact, repair
+from linc_core.utils.secrets import redact
+from orchestration.data.seal import (
+    KEPT_DIGESTS,
+    KEY_VARIABLE,
+    Seal,
+    SealKeyError,
+    StateKeeper,
+    key_file,
+    key_id,
+    seal_digest,
+    state_key,
+)
+from orchestration.experiment.tune_state import (
+    KEEP_FOLDER,
+    SEAL_FILE,
+    UntrustedState,
+    check_state,
+    is_intact,
+    keep_intact,
+    without_driver_settings,
+)
 
 SEARCHER = pickle.dumps({"_finished": True, "_total_samples": 12, "uuid": "a0e93_"}, protocol=5)
 EXPERIMENT = json.dumps({"trial_data": [['{"trial_id": "a0e93_00000"}', "{}"]]}).encode()
+SEARCHER_NAME = "basic-variant-state-2026-11-25_02-50-57.json"
+EXPERIMENT_NAME = "experiment_state-2026-11-25_02-50-57.json"
+KEY_A = "a1" * 32
+KEY_B = "b2" * 32
+
+
+@pytest.fixture(autouse=True)
+def _own_key(monkeypatch, tmp_path):
+    """A key of this test's own: ``$LINC_STATE_KEY`` (a test about the key file drops it), and a
+    home of its own, so that no test reads or makes the user's key file."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(KEY_VARIABLE, KEY_A)
+
+
+def sweep(tmp_path, *files: tuple[str, bytes]):
+    folder = tmp_path / "runs" / "train-smoke"
+    folder.mkdir(parents=True)
+    for name, content in files:
+        (folder / name).write_bytes(content)
+    return folder, StateKeeper(pafs.LocalFileSystem(), str(folder))
 
 
 def test_whole_files_are_intact_and_any_cut_is_not():
@@ -23,35 +67,157 @@ def test_whole_files_are_intact_and_any_cut_is_not():
         assert not is_intact(EXPERIMENT[:cut])
 
 
-def test_a_cut_state_file_is_put_back_from_its_kept_copy(tmp_path, caplog):
-    fs = pafs.LocalFileSystem()
-    searcher = tmp_path / "basic-variant-state-2026-11-25_02-50-57.json"
-    experiment = tmp_path / "experiment_state-2026-11-25_02-50-57.json"
-    searcher.write_bytes(SEARCHER)
-    experiment.write_bytes(EXPERIMENT)
-    (tmp_path / "linc_lease.json").write_bytes(b"{")  # linc's own: never Tune's state
-    (tmp_path / ".validate_storage_marker").write_bytes(b"")  # Ray's empty marker
+def test_a_seal_vouches_for_its_bytes_name_and_sweep_under_its_key_only():
+    key = bytes.fromhex(KEY_A)
+    seal = Seal(key_id(key))
+    assert seal.add(key, "sweep", "tuner.pkl", SEARCHER)
+    assert not seal.add(key, "sweep", "tuner.pkl", SEARCHER)  # already the newest
+    assert seal.accepts(key, "sweep", "tuner.pkl", SEARCHER)
+    assert not seal.accepts(key, "sweep", "tuner.pkl", SEARCHER + b" ")
+    assert not seal.accepts(key, "sweep", "searcher-state.pkl", SEARCHER)  # another file's seal
+    assert not seal.accepts(key, "other-sweep", "tuner.pkl", SEARCHER)  # another sweep's
+    assert not seal.accepts(bytes.fromhex(KEY_B), "sweep", "tuner.pkl", SEARCHER)
+    assert seal_digest(key, "a", b"bc") != seal_digest(key, "ab", b"c")  # label is delimited
+    # the newest few versions stay accepted: storage may hold one Tune has not replaced yet
+    versions = [json.dumps({"step": step}).encode() for step in range(KEPT_DIGESTS + 1)]
+    for version in versions:
+        seal.add(key, "sweep", EXPERIMENT_NAME, version)
+    accepted = [seal.accepts(key, "sweep", EXPERIMENT_NAME, v) for v in versions]
+    assert accepted == [False] + [True] * KEPT_DIGESTS
+    assert key_id(key) != key_id(bytes.fromhex(KEY_B)) and KEY_A not in seal.to_json().decode()
+
+
+def test_a_cut_state_file_is_put_back_from_its_sealed_copy(tmp_path, caplog):
+    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT))
+    (folder / "linc_lease.json").write_bytes(b"{")  # linc's own: never Tune's state
+    (folder / ".validate_storage_marker").write_bytes(b"")  # Ray's empty marker
+    (folder / "notes.txt").write_bytes(b"{")  # no suffix Tune reads
     seen: dict = {}
-    assert keep_intact(fs, str(tmp_path), seen) == 2
-    assert keep_intact(fs, str(tmp_path), seen) == 0  # unchanged: nothing read again
+    assert sorted(keep_intact(keeper, seen)) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
+    assert keep_intact(keeper, seen) == []  # unchanged: nothing read again
+    seal = json.loads((folder / KEEP_FOLDER / SEAL_FILE).read_bytes())
+    assert set(seal["files"]) == {SEARCHER_NAME, EXPERIMENT_NAME}
     # the storage fills up while Tune copies its state: one file emptied, one cut in half
-    searcher.write_bytes(b"")
-    experiment.write_bytes(EXPERIMENT[:10])
-    assert keep_intact(fs, str(tmp_path), seen) == 0  # damaged copies never replace good ones
-    assert (tmp_path / KEEP_FOLDER / searcher.name).read_bytes() == SEARCHER
+    (folder / SEARCHER_NAME).write_bytes(b"")
+    (folder / EXPERIMENT_NAME).write_bytes(EXPERIMENT[:10])
+    assert keep_intact(keeper, seen) == []  # damaged copies are never sealed
+    assert (folder / KEEP_FOLDER / SEARCHER_NAME).read_bytes() == SEARCHER
     with caplog.at_level(logging.WARNING):
-        assert sorted(repair(fs, str(tmp_path))) == sorted([searcher.name, experiment.name])
-    assert searcher.read_bytes() == SEARCHER and experiment.read_bytes() == EXPERIMENT
+        put_back = check_state(keeper.filesystem, str(folder))
+    assert sorted(put_back) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
+    assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
+    assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT
     told = [r.getMessage() for r in caplog.records]
     assert len(told) == 2 and all("put back its last intact copy" in m for m in told)
-    assert any(f"{searcher} was damaged (cut short, 0 bytes" in m for m in told)
-    assert repair(fs, str(tmp_path)) == []  # nothing left to mend
+    assert any(f"{folder / SEARCHER_NAME} was damaged (cut short, 0 bytes" in m for m in told)
+    assert check_state(keeper.filesystem, str(folder)) == []  # nothing left to mend
 
 
-def test_a_cut_file_without_a_copy_is_named(tmp_path, caplog):
-    fs = pafs.LocalFileSystem()
-    state = tmp_path / "experiment_state-2026-11-25_02-50-57.json"
-    state.write_bytes(EXPERIMENT[:7])
+def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused(tmp_path):
+    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT))
+    keep_intact(keeper, {})
+    forged = pickle.dumps({"_finished": False}, protocol=5)
+    (folder / SEARCHER_NAME).write_bytes(forged)
+    assert check_state(keeper.filesystem, str(folder)) == [SEARCHER_NAME]
+    assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
+    for place in (folder / SEARCHER_NAME, folder / KEEP_FOLDER / SEARCHER_NAME):
+        place.write_bytes(forged)
+    with pytest.raises(UntrustedState) as refused:
+        check_state(keeper.filesystem, str(folder))
+    said = str(refused.value)
+    assert said.startswith(f"Tune's saved state {folder / SEARCHER_NAME} was changed outside")
+    assert "new sweep name or delete the folder" in said and "\n" not in said
+    assert (folder / SEARCHER_NAME).read_bytes() == forged  # left as found
+    # a file added beside sealed ones, or one's seal swapped for another file's: no seal
+    (folder / SEARCHER_NAME).write_bytes(SEARCHER)
+    (folder / "experiment_state-2099-01-01_00-00-00.json").write_bytes(EXPERIMENT)
+    with pytest.raises(UntrustedState, match="2099-01-01_00-00-00.json has no seal in"):
+        check_state(keeper.filesystem, str(folder))
+
+
+def test_the_driver_seals_what_it_wrote_not_what_tune_downloaded_to_restore(tmp_path):
+    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER))
+    staging = tmp_path / "driver_artifacts"
+    staging.mkdir()
+    (staging / SEARCHER_NAME).write_bytes(b'{"swapped": "after the check"}')  # storage's
+    (staging / EXPERIMENT_NAME).write_bytes(EXPERIMENT)  # this driver's own
+    (staging / "linc_sweep.json").write_bytes(b"{}")
+    seen: dict = {}
+    assert keep_intact(keeper, seen, str(staging), skip=frozenset({SEARCHER_NAME})) == [
+        EXPERIMENT_NAME
+    ]
+    assert (folder / KEEP_FOLDER / EXPERIMENT_NAME).read_bytes() == EXPERIMENT
+    with pytest.raises(UntrustedState, match=f"{SEARCHER_NAME} has no seal in"):
+        check_state(keeper.filesystem, str(folder))
+
+
+def test_a_state_without_seal_is_refused_unless_trusted_once(tmp_path, caplog):
+    folder, keeper = sweep(tmp_path, ("tuner.pkl", SEARCHER), (EXPERIMENT_NAME, EXPERIMENT[:9]))
+    (folder / KEEP_FOLDER).mkdir()
+    (folder / KEEP_FOLDER / EXPERIMENT_NAME).write_bytes(EXPERIMENT)  # an older linc's copy
+    with pytest.raises(UntrustedState) as refused:
+        check_state(keeper.filesystem, str(folder))
+    assert "has no seal" in str(refused.value)
+    assert "cluster.trust_unsealed_state=true" in str(refused.value)
     with caplog.at_level(logging.WARNING):
-        assert repair(fs, str(tmp_path)) == []
-    assert f"{state} is damaged (cut short, 7 bytes) and has no intact copy" in caplog.text
+        check_state(keeper.filesystem, str(folder), trust_unsealed=True)
+    assert "accepted as it is and sealed now" in caplog.text
+    assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT  # its intact copy, not the cut
+    assert check_state(keeper.filesystem, str(folder)) == []  # sealed: no trust needed again
+
+
+def test_a_state_sealed_with_another_key_names_the_key_to_set(tmp_path, monkeypatch):
+    folder, keeper = sweep(tmp_path, ("tuner.pkl", SEARCHER))
+    keep_intact(keeper, {})
+    monkeypatch.setenv(KEY_VARIABLE, KEY_B)  # another host
+    for trust in (False, True):  # a seal that fails is never trusted
+        with pytest.raises(UntrustedState) as refused:
+            check_state(keeper.filesystem, str(folder), trust_unsealed=trust)
+        assert "was sealed with another key" in str(refused.value)
+        assert f"set {KEY_VARIABLE} to the key of the host that wrote it" in str(refused.value)
+    monkeypatch.setenv(KEY_VARIABLE, KEY_A)
+    assert check_state(keeper.filesystem, str(folder)) == []
+
+
+def test_a_new_key_file_is_made_private_once_and_one_open_to_others_refused(monkeypatch):
+    monkeypatch.delenv(KEY_VARIABLE)
+    path = key_file()
+    assert not path.exists()
+    key = state_key()
+    assert len(key) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert path.read_text().strip() == key.hex() and state_key() == key  # made once
+    assert redact(f"key {key.hex()}") == "key ***"  # learnt as a secret: never printed
+    monkeypatch.setenv(KEY_VARIABLE, path.read_text())  # another host: the file's text
+    assert state_key() == key
+    monkeypatch.delenv(KEY_VARIABLE)
+    for mode in (0o644, 0o640, 0o602):
+        path.chmod(mode)
+        with pytest.raises(SealKeyError, match=f"open to others \\(mode {mode:04o}\\)"):
+            state_key()
+    path.chmod(0o600)
+    assert state_key() == key
+
+
+def test_a_short_or_unmakeable_key_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_VARIABLE, "abc123")
+    with pytest.raises(SealKeyError, match="LINC_STATE_KEY: the key .* is 6 bytes"):
+        state_key()
+    monkeypatch.setenv(KEY_VARIABLE, "a passphrase of some length")  # any text of 16 or more
+    assert state_key() == b"a passphrase of some length"
+    monkeypatch.delenv(KEY_VARIABLE)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    monkeypatch.setenv("HOME", str(locked))
+    if os.geteuid() == 0:  # root writes anywhere: a home that is a file instead
+        (tmp_path / "file-home").write_text("")
+        monkeypatch.setenv("HOME", str(tmp_path / "file-home"))
+    with pytest.raises(SealKeyError, match="cannot make the key .* set LINC_STATE_KEY"):
+        state_key()
+
+
+def test_one_runs_trust_setting_is_not_kept_in_tunes_settings():
+    space = {"cluster": {"max_failures": 2, "trust_unsealed_state": True}, "train": {"lr": 1}}
+    assert without_driver_settings(space) == {"cluster": {"max_failures": 2}, "train": {"lr": 1}}
+    assert space["cluster"]["trust_unsealed_state"] is True  # a copy
+    assert without_driver_settings({"train": {}}) == {"train": {}}

@@ -1,0 +1,264 @@
+"""Seals on shared storage: which files this user's driver wrote, told by an HMAC nobody else
+can make.
+
+Whoever can write a sweep's storage can put a file there that a later reader unpickles (Ray
+Tune's saved state is cloudpickle: reading it runs code). A pickle cannot be made safe by
+allow-listing what it names (cloudpickle rebuilds a function from its code objects), so the
+defence is integrity: each file linc will read back is accepted only when its bytes carry a
+seal, an HMAC-SHA256 made with a secret key of this user (:func:`seal_digest`), computed from
+the bytes the driver itself wrote, never from what storage gives back later.
+
+The key (:func:`state_key`) is ``$LINC_STATE_KEY`` when set (hex of at least 16 bytes, or any
+text of at least 16 characters), else the per-user key file ``~/.config/linc/state.key``: 32
+random bytes as hex, made ``0600`` on first use (atomically: two processes starting at once
+share one key). A key file others can read or write, or another user's, is refused in one
+line. The key is never written to storage nor logged: it is learnt as a secret
+(:func:`~linc_core.utils.secrets.learn_secrets`), so any print of it is masked. A sweep moved to
+another host is resumed there with ``LINC_STATE_KEY`` set to the key (the file's text) of the
+host that wrote it.
+
+A :class:`Seal` (a JSON file beside the copies it vouches for) maps each file name to its
+newest :data:`KEPT_DIGESTS` digests; its ``key_id`` tells a key (an HMAC of a constant, which
+reveals nothing of the key) so that a seal made with another key is named as such.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import pyarrow.fs as pafs
+
+from linc_core.utils.atomic import write_atomic
+from linc_core.utils.secrets import learn_secrets
+from linc_core.utils.typed import ConfigError
+
+KEY_VARIABLE = "LINC_STATE_KEY"
+KEEP_FOLDER = ".linc-intact"  # in a sweep's folder: the seal and the copies it vouches for
+SEAL_FILE = "seal.json"
+KEY_BYTES = 32  # a new key file's random bytes
+MIN_KEY_BYTES = 16
+# The newest digests kept per file: Tune uploads its state in the background, so storage may
+# hold a version or two behind the newest the driver sealed.
+KEPT_DIGESTS = 4
+_HEX_KEY = re.compile(r"(?:[0-9a-fA-F]{2}){16,}")
+
+
+class SealKeyError(ConfigError):
+    """The key that seals a sweep's state cannot be had safely (one line: what to do)."""
+
+
+def key_file() -> Path:
+    """The per-user key file: ``~/.config/linc/state.key``."""
+    return Path.home() / ".config" / "linc" / "state.key"
+
+
+def state_key() -> bytes:
+    """This user's sealing key: ``$LINC_STATE_KEY``, else the key file (made on first use).
+
+    Raises:
+        SealKeyError: the variable is too short, or the key file is readable or writable by
+            others, owned by another user, unreadable, or cannot be made.
+    """
+    given = os.environ.get(KEY_VARIABLE)
+    if given is not None:
+        return _parse_key(given, KEY_VARIABLE)
+    path = key_file()
+    if not path.exists():
+        _create_key_file(path)
+    return _parse_key(_read_key_file(path), str(path))
+
+
+def key_id(key: bytes) -> str:
+    """A name of ``key`` that reveals nothing of it (16 hex digits)."""
+    return hmac.new(key, b"linc state key id", hashlib.sha256).hexdigest()[:16]
+
+
+def seal_digest(key: bytes, label: str, content: bytes) -> str:
+    """The HMAC-SHA256 (hex) of ``content`` under ``key``, bound to ``label`` (the file's place:
+    a sweep's folder name and the file's name), so one file's seal does not vouch for another."""
+    mac = hmac.new(key, label.encode() + b"\0", hashlib.sha256)
+    mac.update(content)
+    return mac.hexdigest()
+
+
+@dataclass
+class Seal:
+    """Digests of the files a driver wrote: ``files`` maps a name to its newest digests, newest
+    first; ``key_id`` names the key that made them."""
+
+    key_id: str
+    files: dict[str, list[str]] = field(default_factory=dict)
+
+    def accepts(self, key: bytes, label: str, name: str, content: bytes) -> bool:
+        """Whether ``content`` is a version of ``name`` sealed with ``key``."""
+        digest = seal_digest(key, label, content)
+        return any(hmac.compare_digest(digest, kept) for kept in self.files.get(name, ()))
+
+    def add(self, key: bytes, label: str, name: str, content: bytes) -> bool:
+        """Seal ``content`` as the newest version of ``name``; False when it already was."""
+        digest = seal_digest(key, label, content)
+        kept = self.files.get(name, [])
+        if kept[:1] == [digest]:
+            return False
+        self.files[name] = [digest, *(d for d in kept if d != digest)][:KEPT_DIGESTS]
+        return True
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": 1, "key_id": self.key_id, "files": self.files}).encode()
+
+
+def read_seal(filesystem: pafs.FileSystem, path: str) -> Seal | None:
+    """The seal at ``path``; None when there is none. One that does not parse as a seal (cut
+    short, or not one) is an empty seal of no key: every file then fails to verify."""
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            content = stream.read()
+    except FileNotFoundError:
+        return None
+    try:
+        values = json.loads(content)
+        files = {
+            str(name): [str(d) for d in digests][:KEPT_DIGESTS]
+            for name, digests in values["files"].items()
+            if isinstance(digests, list)
+        }
+        return Seal(str(values["key_id"]), files)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Seal("unreadable")
+
+
+def write_seal(filesystem: pafs.FileSystem, path: str, seal: Seal) -> None:
+    """Write ``seal`` to ``path`` atomically (a reader sees the old seal or the new one)."""
+    write_atomic(path, seal.to_json(), filesystem=filesystem)
+
+
+class StateKeeper:
+    """The seal and the intact copies of one sweep's folder ``folder`` on ``filesystem``."""
+
+    def __init__(self, filesystem: pafs.FileSystem, folder: str):
+        self.filesystem = filesystem
+        self.folder = folder.rstrip("/")
+        self.label = PurePosixPath(self.folder).name  # a moved sweep keeps its folder's name
+        self._seal: Seal | None = None
+        self._copied: dict[str, str] = {}  # name -> the digest of the copy this keeper wrote
+
+    def path(self, name: str) -> str:
+        return f"{self.folder}/{KEEP_FOLDER}/{name}"
+
+    def read_seal(self) -> Seal | None:
+        return read_seal(self.filesystem, self.path(SEAL_FILE))
+
+    def keep(self, files: dict[str, bytes]) -> list[str]:
+        """Seal each of ``files`` (name -> the bytes the driver wrote) and keep its copy; the
+        names newly sealed. The seal first: a copy is then always one the seal accepts (and a
+        copy that failed is written the next time).
+
+        Raises:
+            OSError: storage refused a write (the seal on storage is then as it was).
+        """
+        key = state_key()
+        if self._seal is None or self._seal.key_id != key_id(key):
+            found = self.read_seal()  # digests made with another key are of no use here
+            self._seal = found if found and found.key_id == key_id(key) else Seal(key_id(key))
+        seal = self._seal
+        added = [
+            name for name, content in files.items() if seal.add(key, self.label, name, content)
+        ]
+        if added:
+            try:
+                write_seal(self.filesystem, self.path(SEAL_FILE), seal)
+            except OSError:
+                self._seal = None  # read again next time: storage has the previous seal
+                raise
+        for name, content in files.items():
+            digest = seal_digest(key, self.label, content)
+            if self._copied.get(name) != digest:
+                write_atomic(self.path(name), content, filesystem=self.filesystem)
+                self._copied[name] = digest
+        return added
+
+
+def _parse_key(text: str, source: str) -> bytes:
+    text = text.strip()
+    key = bytes.fromhex(text) if _HEX_KEY.fullmatch(text) else text.encode()
+    if len(key) < MIN_KEY_BYTES:
+        raise SealKeyError(
+            f"{source}: the key that seals Tune's state is {len(key)} bytes; give at least "
+            f"{MIN_KEY_BYTES} (e.g. the text of another host's ~/.config/linc/state.key)"
+        )
+    learn_secrets({"secret": text, "secret_hex": key.hex()})  # any print of it is masked
+    return key
+
+
+def _read_key_file(path: Path) -> str:
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise SealKeyError(
+            f"{path}: cannot read the key that seals Tune's state ({err.strerror}); fix it or "
+            f"set {KEY_VARIABLE}"
+        ) from None
+    with os.fdopen(descriptor, "r") as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_uid != os.getuid():
+            raise SealKeyError(
+                f"{path}: the key that seals Tune's state belongs to user id {info.st_uid}, not "
+                f"{os.getuid()}; delete it (a new one is made) or set {KEY_VARIABLE}"
+            )
+        if info.st_mode & 0o077:
+            mode = stat.S_IMODE(info.st_mode)
+            raise SealKeyError(
+                f"{path}: the key that seals Tune's state is open to others (mode {mode:04o}): "
+                f"anyone who reads it can forge a sweep's state; run chmod 600 {path} (and "
+                "delete it, a new one is made, if others may have read it)"
+            )
+        return handle.read()
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new random key to ``path`` (``0600``) unless another process did first."""
+    temporary = path.parent / f".state.key.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_bytes(KEY_BYTES).hex() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made one meanwhile: its
+            os.link(temporary, path)
+    except OSError as err:
+        raise SealKeyError(
+            f"{path}: cannot make the key that seals Tune's state ({err.strerror}); set "
+            f"{KEY_VARIABLE} to a key of at least {MIN_KEY_BYTES} bytes"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+
+
+__all__ = [
+    "KEEP_FOLDER",
+    "SEAL_FILE",
+    "StateKeeper",
+    "KEPT_DIGESTS",
+    "KEY_VARIABLE",
+    "MIN_KEY_BYTES",
+    "Seal",
+    "SealKeyError",
+    "key_file",
+    "key_id",
+    "read_seal",
+    "seal_digest",
+    "state_key",
+    "write_seal",
+]
