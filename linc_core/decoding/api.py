@@ -123,6 +123,7 @@ def decode(
             max_rollouts_per_chunk=config.max_rollouts_per_chunk,
             progress=counter,
             deadline=deadline,
+            compiled=config.compile,
         )
         greedy_start = greedy_start_rows
     else:
@@ -144,6 +145,7 @@ def decode(
             max_rollouts_per_chunk=config.max_rollouts_per_chunk,
             progress=counter,
             deadline=deadline,
+            compiled=config.compile,
         )
     seconds = time.perf_counter() - began
     return _collect(instances, best, config.augment, seconds, counter.total, greedy_start)

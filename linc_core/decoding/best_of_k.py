@@ -147,6 +147,7 @@ def decode_best_of_k(
     max_rollouts_per_chunk: int,
     progress: Callable[[int], None] | None = None,
     deadline: float | None = None,
+    compiled: bool = False,
 ) -> BestRollouts:
     """Best of ``num_rollouts`` rollouts per row (sampled or greedy), in chunks of bounded size.
 
@@ -154,6 +155,7 @@ def decode_best_of_k(
     exceeds the bound, each row's rollouts are split into blocks too (the encoder then runs
     once per block, a small price next to the decoding steps). Past ``deadline``
     (``linc_core.decoding.deadline``) it raises ``DeadlineExceeded`` within one decision.
+    ``compiled``: the decision step under ``torch.compile`` (``PolicyChooser``).
     """
     device = rows.instance.device
     best = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)
@@ -177,8 +179,12 @@ def decode_best_of_k(
             pick = greedy
             if sample:
                 pick = keyed_sampler(rollout_keys(sample_seeds[first : first + chunk.count], k0, k))
-            chooser = PolicyChooser(policy, env, encoded, z, pick, track_log_likelihood=False)
-            final, actions = complete_rollouts(env, with_deadline(chooser, deadline), state)
+            chooser = PolicyChooser(
+                policy, env, encoded, z, pick, track_log_likelihood=False, compiled=compiled
+            )
+            final, actions = complete_rollouts(
+                env, with_deadline(chooser, deadline), state, transition=chooser.transition
+            )
             best.offer(first, final.cost, torch.cat([prefix, actions], dim=-1))
             if progress is not None:
                 progress(chunk.count * k)

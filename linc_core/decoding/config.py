@@ -31,6 +31,10 @@ class DecodeConfig:
             128); for a model without z, that many POMO starts (capped at the customer count).
         max_rollouts_per_chunk: upper bound on rollouts decoded at once (instances x copies x
             rollouts per chunk); decoding memory grows linearly with it and with n.
+        compile: decode with the decision step under ``torch.compile`` (one graph, inductor on
+            CPU, CUDA graphs on CUDA: ``linc_core.utils.compiling``), every rollout decided at
+            every step. Same solutions as eager up to float rounding of the fused arithmetic;
+            its compile time is paid once per chunk shape and process (README, Compiled steps).
     """
 
     method: DecodeMethod = "sampling"
@@ -42,6 +46,7 @@ class DecodeConfig:
     expansion: int = 4
     sgbs_z: int = 128
     max_rollouts_per_chunk: int = 16384
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -72,6 +77,8 @@ class DecodeConfig:
                 f"DecodeConfig.sgbs_z: expected >= beam_width ({self.beam_width}), "
                 f"got {self.sgbs_z}"
             )
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"DecodeConfig.compile: expected true or false, got {self.compile!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"DecodeConfig.seed: expected an int, got {self.seed!r}")
 

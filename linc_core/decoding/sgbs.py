@@ -56,9 +56,11 @@ def sgbs_rows(
     max_rollouts_per_chunk: int,
     progress: Callable[[int], None] | None = None,
     deadline: float | None = None,
+    compiled: bool = False,
 ) -> tuple[BestRollouts, Tensor]:
     """SGBS on every row, rows chunked so that at most ``max_rollouts_per_chunk`` rollouts
-    (initial rollouts or simulations) run at once.
+    (initial rollouts or simulations) run at once; ``compiled``: the greedy completions'
+    decision step under ``torch.compile`` (two shapes: the initial rollouts, the simulations).
 
     Returns:
         (the incumbent per row, ``[R]`` float64 cost of the best initial greedy rollout).
@@ -85,6 +87,7 @@ def sgbs_rows(
             seed=seed,
             progress=progress,
             deadline=deadline,
+            compiled=compiled,
         )
         greedy_start[first : first + chunk.count] = start_cost
     return incumbent, greedy_start
@@ -97,10 +100,14 @@ def _greedy_completion(
     state: RolloutState,
     z: Tensor | None,
     deadline: float | None,
+    compiled: bool,
 ) -> tuple[RolloutState, Tensor]:
     """Greedy completion of every rollout of ``state`` (a simulation)."""
-    chooser = PolicyChooser(policy, env, encoded, z, greedy, track_log_likelihood=False)
-    return complete_rollouts(env, with_deadline(chooser, deadline), state)
+    chooser = PolicyChooser(
+        policy, env, encoded, z, greedy, track_log_likelihood=False, compiled=compiled
+    )
+    choose = with_deadline(chooser, deadline)
+    return complete_rollouts(env, choose, state, transition=chooser.transition)
 
 
 def _sgbs_chunk(
@@ -115,6 +122,7 @@ def _sgbs_chunk(
     seed: int,
     progress: Callable[[int], None] | None,
     deadline: float | None,
+    compiled: bool,
 ) -> Tensor:
     instance = rows.instance
     r = rows.count
@@ -127,7 +135,7 @@ def _sgbs_chunk(
     z_all = rows.z(initial_rollouts, z_dim, seed) if z_dim > 0 else None
     starts = pomo_starts(instance, initial_rollouts) if z_dim == 0 else None
     root, prefix = start_rollouts(env, starts)
-    final, actions = _greedy_completion(policy, env, encoded, root, z_all, deadline)
+    final, actions = _greedy_completion(policy, env, encoded, root, z_all, deadline, compiled)
     incumbent.offer(first_row, final.cost, _pad_cat(prefix, actions))
     if progress is not None:
         progress(r * initial_rollouts)
@@ -163,7 +171,7 @@ def _sgbs_chunk(
         child_state = env.step(beam_state.repeat(others), child_action.flatten(1))
         child_z = beam_z.repeat_interleave(others, dim=1) if beam_z is not None else None
         simulated, completion = _greedy_completion(
-            policy, env, encoded, child_state, child_z, deadline
+            policy, env, encoded, child_state, child_z, deadline, compiled
         )
         if progress is not None:
             progress(r * w * others)

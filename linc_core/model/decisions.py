@@ -5,9 +5,15 @@ decision: it reads the state (``ScoringPolicy.step_inputs``), scores the candida
 scores into log-probabilities and lets a choice rule (``linc_core.model.sampling``) pick the
 actions. Training, validation, sampling, multi-start and SGBS differ only in the choice rule and
 in what they keep (the log-likelihood, the trajectory for a later replay).
+
+``decide_all`` is a decision of every rollout as pure tensor code, the step ``torch.compile``
+takes whole (``compiled=True``, with the environment's ``transition``); the eager chooser adds
+its CPU saving around it (rollouts with one feasible action left out of the model).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -15,7 +21,26 @@ from torch import Tensor
 from linc_core.model.sampling import Pick
 from linc_core.model.types import Encoded, ScoringPolicy, StepInputs, Trajectory, morph_scores
 from linc_core.problems.packing import first_where, prunes_rows
-from linc_core.problems.protocol import RolloutState, RoutingEnv
+from linc_core.problems.protocol import RolloutState, RoutingEnv, StateT
+from linc_core.utils.compiling import compile_step
+
+
+def decide_all(
+    chooser: PolicyChooser, state: RolloutState, step: int | Tensor
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Every rollout's decision at ``state``: (``[B, K]`` actions, ``[B, K]`` their
+    log-probabilities, ``[B, K, N]`` the morph base scores or None).
+
+    A forced rollout (finished ones included) gets its one action with log-probability 0.
+    """
+    _, log_probs, base = chooser.evaluate(state)
+    action = chooser.pick(log_probs.detach(), step, None)
+    return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), base
+
+
+def env_transition(env: RoutingEnv[StateT], state: StateT, action: Tensor) -> StateT:
+    """``env.step(state, action)`` as a plain function (what ``compile_step`` compiles)."""
+    return env.step(state, action)
 
 
 class PolicyChooser:
@@ -37,6 +62,10 @@ class PolicyChooser:
             (probability 1: the same action and log-likelihood, about a third less model work
             on CVRPTW n=50). Off when every rollout's scores are wanted (the diagnostics).
             None (default): on where it pays, on CPU (``linc_core.problems.packing.prunes_rows``).
+        compiled: decide with ``decide_all`` under ``torch.compile`` (``compile_step``: every
+            rollout, no packing, one graph per shape), and offer the compiled environment step
+            as ``transition`` for the rollout engine. Same actions and log-likelihoods as eager
+            up to float rounding of the fused arithmetic.
     """
 
     def __init__(
@@ -51,6 +80,7 @@ class PolicyChooser:
         track_log_likelihood: bool = True,
         keep_trajectory: bool = False,
         skip_forced: bool | None = None,
+        compiled: bool = False,
     ):
         self.policy = policy
         self.env = env
@@ -59,9 +89,16 @@ class PolicyChooser:
         self.pick = pick
         self.has_depot = env.instance.has_depot
         self.morph = morph
+        device = env.instance.device
         if skip_forced is None:
-            skip_forced = prunes_rows(env.instance.device)
+            skip_forced = prunes_rows(device) and not compiled
         self.skip_forced = skip_forced
+        self.compiled = compiled
+        self._decide = compile_step(decide_all, device) if compiled else decide_all
+        self.transition = env.step
+        if compiled:  # masks and counts: scalar loops on CPU (``SCALAR_LOOPS``)
+            transition = compile_step(env_transition, device, vectorise=False)
+            self.transition = functools.partial(transition, env)
         if morph is not None:
             with torch.no_grad():
                 self.morph_encoded = morph[0].encode(env.instance)
@@ -106,13 +143,15 @@ class PolicyChooser:
 
     def __call__(self, state: RolloutState, step: int) -> Tensor:
         k = state.mask.shape[1]
-        choice = state.mask.sum(-1) > 1  # [B, K]
-        width = int(choice.sum(-1).max()) if self.skip_forced else k
+        if self.skip_forced:
+            choice = state.mask.sum(-1) > 1  # [B, K]
+            width = int(choice.sum(-1).max())
+        else:
+            width = k
         if width == k:
-            inputs, log_probs, base = self.evaluate(state)
-            action = self.pick(log_probs.detach(), step, None)
-            # Forced rollouts (finished ones included) have log-prob 0: no masking needed.
-            chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            # A compiled step takes the decision index as a tensor: one graph for every step.
+            at = torch.full((), step, device=state.mask.device) if self.compiled else step
+            action, chosen, base = self._decide(self, state, at)
         else:
             # The one feasible action of a forced rollout (the first feasible node).
             action = state.mask.to(torch.uint8).argmax(-1)
@@ -146,4 +185,4 @@ class PolicyChooser:
         return action
 
 
-__all__ = ["PolicyChooser"]
+__all__ = ["PolicyChooser", "decide_all", "env_transition"]

@@ -14,6 +14,11 @@ peak memory is bounded by the chunk, not by K x T, whatever the credit (dense or
 The chunks meet at the decoder cache, whose gradient is accumulated and sent through the
 encoder once. Loss and gradient equal those of weighting ``LincPolicy.rollout``'s
 log-likelihood under autograd (tests compare them to 1e-10 in float64).
+
+A chunk's forward pass (``chunk_log_likelihood``) is pure tensor code: ``compiled=True`` runs it
+under ``torch.compile`` (``linc_core.utils.compiling``), its backward too (AOT autograd); the
+packing around it reads counts from the device and stays eager. The packed width changes from
+step to step, so that dimension goes symbolic after the first change (one more compile).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from torch import Tensor
 from linc_core.model.decoder import DecoderCache
 from linc_core.model.types import ScoringPolicy, Trajectory, morph_scores
 from linc_core.problems.packing import first_where
-from linc_core.problems.protocol import RolloutState
+from linc_core.problems.protocol import RolloutState, RoutingEnv
+from linc_core.utils.compiling import compile_step
 
 
 @dataclass(frozen=True)
@@ -117,27 +123,60 @@ def pack_decisions(trajectory: Trajectory, weight: Tensor) -> PackedDecisions | 
     )
 
 
+def chunk_log_likelihood(
+    policy: ScoringPolicy,
+    env: RoutingEnv,
+    time_scale: Tensor,
+    cache: DecoderCache,
+    state: RolloutState,
+    action: Tensor,
+    weight: Tensor,
+    z: Tensor | None,
+    morph: tuple[Tensor, float] | None,
+) -> Tensor:
+    """``sum weight * log p(action)`` of packed decisions ``[B, M]`` (pure tensor code).
+
+    Args:
+        state: the decision states (every field ``[B, M, ...]``); action, weight: ``[B, M]``.
+        z: ``[B, M, z_dim]`` or None. morph: (``[B, M, N]`` base scores, lambda) or None.
+    """
+    inputs = policy.step_inputs(env, state, time_scale, cache.embeddings.dtype)
+    scores = policy.scores(inputs, cache, z, env.instance.has_depot)
+    if morph is not None:
+        scores = morph_scores(morph[0], scores, morph[1])
+    log_probs = policy.log_probs(scores, state.mask)
+    chosen = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    return (weight * chosen).sum()
+
+
 def _chunk_sums(
     policy: ScoringPolicy,
     trajectory: Trajectory,
     decisions: PackedDecisions,
     cache: DecoderCache,
     chunk: int,
+    compiled: bool = False,
 ) -> Iterator[Tensor]:
     """``sum weight * log p(action)`` of every chunk of ``chunk`` packed decisions."""
-    dtype = cache.embeddings.dtype
+    forward = chunk_log_likelihood
+    if compiled:  # the packed width varies: symbolic after its first change
+        forward = compile_step(forward, decisions.action.device, dynamic=None, cuda_graphs=False)
     for start in range(0, decisions.count, chunk):
         stop = min(start + chunk, decisions.count)
-        state = decisions.state.rollout_range(start, stop)
-        inputs = policy.step_inputs(trajectory.env, state, trajectory.time_scale, dtype)
-        z = None if decisions.z is None else decisions.z[:, start:stop]
-        scores = policy.scores(inputs, cache, z, trajectory.has_depot)
+        morph = None
         if decisions.morph_base_scores is not None:
-            base = decisions.morph_base_scores[:, start:stop]
-            scores = morph_scores(base, scores, trajectory.morph_lambda)
-        log_probs = policy.log_probs(scores, state.mask)
-        chosen = log_probs.gather(-1, decisions.action[:, start:stop, None]).squeeze(-1)
-        yield (decisions.weight[:, start:stop] * chosen).sum()
+            morph = (decisions.morph_base_scores[:, start:stop], trajectory.morph_lambda)
+        yield forward(
+            policy,
+            trajectory.env,
+            trajectory.time_scale,
+            cache,
+            decisions.state.rollout_range(start, stop),
+            decisions.action[:, start:stop],
+            decisions.weight[:, start:stop],
+            None if decisions.z is None else decisions.z[:, start:stop],
+            morph,
+        )
 
 
 def _zero(cache: DecoderCache, weight: Tensor) -> Tensor:
@@ -176,6 +215,7 @@ def backward_replay(
     chunk_rollouts: int,
     backward: Callable[[Tensor], None] = Tensor.backward,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    compiled: bool = False,
 ) -> Tensor:
     """Accumulate the gradient of ``loss_scale * sum_{b,k} weight_bk log p(rollout_bk)`` into
     the parameters' ``.grad``, in chunks of bounded memory (module docstring).
@@ -190,6 +230,7 @@ def backward_replay(
             under fp16 mixed precision).
         autocast: the context each chunk's forward pass runs in (mixed precision); backward
             runs outside.
+        compiled: each chunk's forward (and backward) pass under ``torch.compile``.
 
     Returns:
         the detached ``sum weight * log p`` in ``weight``'s dtype.
@@ -203,7 +244,7 @@ def backward_replay(
     else:
         steps = len(trajectory.actions)
         chunk = decisions.count if chunk_rollouts <= 0 else max(1, chunk_rollouts * steps)
-        sums = _chunk_sums(policy, trajectory, decisions, leaf_cache, chunk)
+        sums = _chunk_sums(policy, trajectory, decisions, leaf_cache, chunk, compiled)
     total = torch.zeros((), dtype=weight.dtype, device=weight.device)
     while True:
         with autocast():
@@ -222,4 +263,10 @@ def backward_replay(
     return total
 
 
-__all__ = ["PackedDecisions", "backward_replay", "pack_decisions", "replay_log_likelihood"]
+__all__ = [
+    "PackedDecisions",
+    "backward_replay",
+    "chunk_log_likelihood",
+    "pack_decisions",
+    "replay_log_likelihood",
+]

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-# Chooses ``[B, K']`` actions from ``[B, K', N]`` log-probabilities at decision ``step``; the
-# optional ``[B, K']`` positions name the rollouts the rows are (None: all K, in order).
-Pick = Callable[[Tensor, int, Tensor | None], Tensor]
+# Chooses ``[B, K']`` actions from ``[B, K', N]`` log-probabilities at decision ``step`` (an int,
+# or a 0-d tensor in a compiled step); the optional ``[B, K']`` positions name the rollouts the
+# rows are (None: all K, in order).
+Pick = Callable[[Tensor, int | Tensor, Tensor | None], Tensor]
 
 # splitmix64 constants as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15
@@ -134,7 +135,7 @@ def _at(values: Tensor, positions: Tensor | None) -> Tensor:
     return values if positions is None else values.gather(1, positions)
 
 
-def greedy(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
+def greedy(log_probs: Tensor, step: int | Tensor, positions: Tensor | None = None) -> Tensor:
     """The greedy choice rule: argmax (the first of equal maxima)."""
     return log_probs.argmax(-1)
 
@@ -173,9 +174,14 @@ def row_seeds(seed: int, count: int, device: torch.device | str = "cpu") -> Tens
     return splitmix64(splitmix64(index) ^ int(seed))
 
 
-def step_uniforms(keys: Tensor, step: int) -> Tensor:
-    """``[R, K]`` float64 uniforms in [0, 1), a pure function of (key, step)."""
-    mixed = splitmix64(keys ^ splitmix64(torch.full_like(keys, step)))
+def step_uniforms(keys: Tensor, step: int | Tensor) -> Tensor:
+    """``[R, K]`` float64 uniforms in [0, 1), a pure function of (key, step).
+
+    ``step`` is an int or a 0-d int64 tensor (a compiled step's: one graph for every step);
+    both give the same bits.
+    """
+    steps = torch.full_like(keys, step) if isinstance(step, int) else step.expand_as(keys)
+    mixed = splitmix64(keys ^ splitmix64(steps))
     return _shift_right(mixed, 11).double() / _MANTISSA
 
 
@@ -186,7 +192,7 @@ def keyed_sampler(keys: Tensor) -> Pick:
         keys: ``[R, K]`` from ``rollout_keys``.
     """
 
-    def pick(log_probs: Tensor, step: int, positions: Tensor | None = None) -> Tensor:
+    def pick(log_probs: Tensor, step: int | Tensor, positions: Tensor | None = None) -> Tensor:
         return sample_with_uniforms(log_probs, _at(step_uniforms(keys, step), positions))
 
     return pick

@@ -12,7 +12,9 @@ one feasible action has its action fixed and its log-probability exactly 0, so
 
 None of it changes a probability: the tests compare packed and unpacked runs. On CUDA each
 selection needs the host to read a count (a synchronisation per decision), which costs more
-than the rows it saves, so :func:`prunes_rows` turns the savings off there.
+than the rows it saves, so :func:`prunes_rows` turns the savings off there; it turns them off
+inside a ``torch.compile``d step too, whose shapes stay fixed and whose graph reads nothing
+back from the device (the eager path keeps them).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ def prunes_rows(device: torch.device) -> bool:
     On CPU, computing fewer rows saves their time. On CUDA, the number of rows left is read on
     the host before the work can be sized, a host-device synchronisation at every decision
     that costs more than the rows it saves (the GPU works on all rows at once), so every row
-    is computed there.
+    is computed there. Inside a compiled step (``torch.compiler.is_compiling()``, fixed when the
+    step is traced) every row is computed too: selecting sizes a tensor from the data.
     """
-    return device.type == "cpu"
+    return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def choice_rows(feasible_count: Tensor) -> Tensor | None:

@@ -18,6 +18,7 @@ from linc_core.instances import Instance
 from linc_core.problems.protocol import RoutingEnv, StateT
 
 Chooser = Callable[[StateT, int], Tensor]
+Transition = Callable[[StateT, Tensor], StateT]
 
 
 def pomo_starts(instance: Instance, num_rollouts: int) -> Tensor:
@@ -65,6 +66,7 @@ def complete_rollouts(
     state: StateT | None = None,
     *,
     first_step: int = 0,
+    transition: Transition | None = None,
 ) -> tuple[StateT, Tensor]:
     """Run ``choose(state, step)`` and ``env.step`` until every rollout has finished.
 
@@ -83,11 +85,14 @@ def complete_rollouts(
         choose: the choice rule; ``step`` counts decisions from ``first_step``.
         state: where to continue from (default: ``env.reset()``).
         first_step: the decision index of ``state`` (keyed samplers derive their noise from it).
+        transition: ``(state, action) -> state`` in place of ``env.step`` (the same step
+            compiled: ``PolicyChooser.transition``).
 
     Returns:
         (final state, actions ``[B, K, T]`` long chosen from ``state`` on).
     """
     state = env.reset() if state is None else state
+    advance = env.step if transition is None else transition
     actions: list[Tensor] = []
     step, last_step = first_step, first_step + env.max_steps
     while (left := int(env.decisions_left(state).max())) > 0:
@@ -96,7 +101,7 @@ def complete_rollouts(
         for _ in range(left):
             action = choose(state, step)
             actions.append(action)
-            state = env.step(state, action)
+            state = advance(state, action)
             step += 1
     if not actions:
         b, k = state.current.shape
@@ -104,4 +109,4 @@ def complete_rollouts(
     return state, torch.stack(actions, dim=-1)
 
 
-__all__ = ["Chooser", "complete_rollouts", "pomo_starts", "start_rollouts"]
+__all__ = ["Chooser", "Transition", "complete_rollouts", "pomo_starts", "start_rollouts"]
