@@ -36,6 +36,8 @@ _PUBLIC: dict[str, str] = {
     "PRESETS": "linc_core.presets",
     "ABLATION_VARIANTS": "linc_core.presets",
     "preset_configs": "linc_core.presets",
+    "Preset": "linc_core.presets",
+    "register_preset": "linc_core.presets",
     "LincPolicy": "linc_core.model",
     "fit": "linc_core.train",
     "PrintProgress": "linc_core.train",

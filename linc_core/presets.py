@@ -118,6 +118,29 @@ ABLATION_VARIANTS: tuple[str, ...] = (
 )
 
 
+def register_preset(preset: Preset) -> Preset:
+    """Add ``preset`` to ``PRESETS`` (a new ablation variant, from a notebook or a module of
+    yours), after checking that its switches are fields of the configs and that they build.
+
+    A sweep's trials run in other processes: a variant they train must be registered there too
+    (put it in ``PRESETS`` above, or in a module every trial imports).
+
+    Raises:
+        ConfigError: the name is taken by another preset, or a switch is unknown or refused
+            (named as ``model.KEY`` / ``train.KEY``).
+    """
+    taken = PRESETS.get(preset.name)
+    if taken is not None and taken != preset:
+        raise ConfigError(f"preset {preset.name!r}: the name is taken ({taken.label!r})")
+    check_keys(ModelConfig, preset.model, "model", required=False, exclude=("problem",))
+    check_keys(TrainConfig, preset.train, "train", required=False)
+    base = dataclasses.asdict(ModelConfig.for_problem("cvrptw"))
+    build(ModelConfig, base | _preset_model(preset, "cvrptw"), "model")
+    build(TrainConfig, dict(preset.train), "train")
+    PRESETS[preset.name] = preset
+    return preset
+
+
 def preset_named(name: str) -> Preset:
     """``PRESETS[name]``; an unknown name is a :class:`~linc_core.utils.typed.ConfigError`."""
     if name not in PRESETS:
@@ -185,5 +208,6 @@ __all__ = [
     "Preset",
     "preset_configs",
     "preset_named",
+    "register_preset",
     "variant_configs",
 ]

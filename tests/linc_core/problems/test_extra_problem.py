@@ -1,5 +1,5 @@
 """A problem linc does not ship, registered through its spec alone: CVRP with a route-length
-limit (:mod:`tests.linc_core.problems.route_limit`, one module: env, generator, data check,
+limit (:mod:`examples.route_limit`, one module: env, generator, data check,
 verifier rule, PyVRP fleet, spec). Nothing in linc_core names it; every part reads it from the
 registry: configs, the model, ``fit``, ``decode``, the verifier, Parquet, PyVRP."""
 
@@ -30,7 +30,7 @@ from linc_core.train.data import generate
 from linc_core.utils.typed import ConfigError, build
 from linc_core.verify import convention_for
 from tests.conftest import tiny_configs
-from tests.linc_core.problems.route_limit import LIMIT, NAME, ROUTE_LIMIT
+from examples.route_limit import LIMIT, NAME, ROUTE_LIMIT
 
 CUSTOMERS = 10
 

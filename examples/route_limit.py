@@ -1,6 +1,7 @@
 """An extra problem, defined outside linc_core and joined through its spec alone: CVRP with a
-route-length limit (``cvrp_route_limit``; test_extra_problem.py registers it, trains, decodes,
-verifies and solves it with PyVRP).
+route-length limit (``cvrp_route_limit``). The tutorial "Add a problem" and
+tests/linc_core/problems/test_extra_problem.py register it, train, decode, verify and solve it
+with PyVRP.
 
 Every route, depot to depot, is at most ``max_route_length`` long: a per-instance field the
 problem adds to the ``Instance`` (the spec's ``extra_fields``, stored in ``Instance.extras`` and in
