@@ -193,6 +193,11 @@ class TrainConfig:
         precision: the forward passes' autocast: ``auto`` (bf16 on CUDA, fp32 on CPU),
             ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a gradient scaler); see
             ``linc_core.train.precision``.
+        compile: run the rollouts' decision step and the replay's forward and backward pass
+            under ``torch.compile`` (``linc_core.utils.compiling``: inductor on CPU, CUDA graphs
+            for the decisions on CUDA), validation decoding too. The same losses up to float
+            rounding; the compile time is paid once per shape and process (README, Compiled
+            steps, gives both and why the default is eager).
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         seed: every random stream of a run derives from it.
         init: initial weights: ``linc`` (PyTorch's defaults drawn under a seed derived from
@@ -222,6 +227,7 @@ class TrainConfig:
     multi_start: bool = False
     replay_chunk: int = 2
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    compile: bool = False
     device: str = "cpu"
     seed: int = 1234
     init: Literal["linc", "reference"] = "linc"

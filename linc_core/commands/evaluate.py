@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sgbs-z", type=int, default=128, help="SGBS initial greedy z-rollouts")
     p.add_argument("--starts", type=int, default=None, help="multistart starts (default all)")
     p.add_argument("--max-rollouts-per-chunk", type=int, default=16384)
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decision step (DecodeConfig.compile; README, Compiled steps)",
+    )
     p.add_argument("--count", type=int, default=128, help="synthetic set size")
     p.add_argument("--data-seed", type=int, default=0, help="synthetic set seed")
     p.add_argument(
@@ -148,6 +153,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         expansion=args.expansion,
         sgbs_z=args.sgbs_z,
         max_rollouts_per_chunk=args.max_rollouts_per_chunk,
+        compile=args.compile,
     )
     policy, _ = load_policy(args)
     bench = load_set(args, count=args.count, data_seed=args.data_seed)

@@ -58,6 +58,7 @@ TRAIN_FLAGS = {
     "lr": "learning_rate",
     "validation_size": "validation_size",
     "init": "init",
+    "compile": "compile",
 }
 
 
@@ -96,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="initial weights: linc (PyTorch defaults under a derived seed) or reference (the "
         "reference implementation's for --seed); default: the protocol's (reference under "
         "--protocol ablation, where the reference builds the model)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="torch.compile the decision and replay steps (train.compile; README, Compiled steps)",
     )
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")

@@ -133,6 +133,7 @@ class LincPolicy(nn.Module):
         morph: tuple[LincPolicy, float] | None = None,
         encoded: Encoded | None = None,
         keep_trajectory: bool = False,
+        compiled: bool = False,
     ) -> RolloutResult:
         """Decode B instances x K rollouts to completion, accumulating their log-likelihood.
 
@@ -152,6 +153,7 @@ class LincPolicy(nn.Module):
             encoded: ``encode(instance)`` when the caller already has it.
             keep_trajectory: return the decision steps (``RolloutResult.trajectory``) for
                 ``weighted_log_likelihood``.
+            compiled: the decision step under ``torch.compile`` (``PolicyChooser``).
         """
         if instance.problem != self.config.problem:
             raise ValueError(f"model is for {self.config.problem}, got a {instance.problem} batch")
@@ -169,9 +171,10 @@ class LincPolicy(nn.Module):
             pick,
             morph=morph,
             keep_trajectory=keep_trajectory,
+            compiled=compiled,
         )
         state, prefix = start_rollouts(env, starts)
-        final, actions = complete_rollouts(env, chooser, state)
+        final, actions = complete_rollouts(env, chooser, state, transition=chooser.transition)
         actions = torch.cat([prefix, actions], dim=-1)
         return RolloutResult(
             actions=actions,

@@ -131,6 +131,7 @@ def validation_decoding(config: TrainConfig) -> DecodeConfig:
         num_starts=config.num_rollouts if config.multi_start else None,
         augment=1,
         seed=derive_seed(config.seed, "validation"),
+        compile=config.compile,
     )
 
 

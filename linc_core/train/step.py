@@ -175,6 +175,7 @@ def train_step(
                 morph=morph,
                 encoded=encoded,
                 keep_trajectory=True,
+                compiled=config.compile,
             )
     cost = result.cost.detach().float()
     steps, trajectory = result.steps, result.trajectory
@@ -193,6 +194,7 @@ def train_step(
         chunk_rollouts=config.replay_chunk,
         backward=Tensor.backward if scaler is None else lambda x: scaler.scale(x).backward(),
         autocast=precision.autocast,
+        compiled=config.compile,
     )
     del trajectory, encoded
     loss = weighted_sum.float() * loss_scale

@@ -69,6 +69,7 @@ class ServingLimits:
     max_customers: int = 1000  # per instance (the largest Gehring-Homberger set)
     max_budget: int = 2_000_000  # sum over rows of rollouts x augment x customers
     deadline_seconds: float = 30.0  # decoding stops past it (clamped to MLflow's timeout)
+    compile: bool = False  # 0 or 1: torch.compile the decision step (README, Compiled steps)
 
     @classmethod
     def from_environment(cls, environ: Any = os.environ) -> ServingLimits:
@@ -79,14 +80,15 @@ class ServingLimits:
             text = environ.get(name)
             if text is None:
                 continue
-            kind = float if field.name == "deadline_seconds" else int
+            kind = {"deadline_seconds": float, "compile": bool}.get(field.name, int)
             try:
-                value = kind(text)
+                value = int(text) if kind is bool else kind(text)
             except ValueError:
                 value = None
-            if value is None or not 0 < value < math.inf:
-                raise ValueError(f"{name}={text!r}: expected a positive {kind.__name__}")
-            values[field.name] = value
+            if value is None or not (value in (0, 1) if kind is bool else 0 < value < math.inf):
+                expected = "0 or 1" if kind is bool else f"a positive {kind.__name__}"
+                raise ValueError(f"{name}={text!r}: expected {expected}")
+            values[field.name] = kind(value)
         limits = cls(**values)
         timeout = environ.get("MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT", "")
         if timeout.isdigit():  # past it the client has MLflow's 504: compute no longer
@@ -107,8 +109,7 @@ class ServedError(MlflowException):
         return self._line
 
     @message.setter
-    def message(self, value: str) -> None:
-        pass
+    def message(self, value: str) -> None: ...
 
 
 class RequestRefused(ServedError, ValueError):
@@ -209,7 +210,7 @@ class LincPolicyModel(PythonModel):
         method = str(budget["method"])
         if method not in DECODE_METHODS:
             raise RequestRefused(f"params: method {method!r} is none of {list(DECODE_METHODS)}")
-        values = {}
+        values: dict[str, Any] = {"compile": self.limits.compile}  # LINC_SERVE_COMPILE
         for name in ("num_z", "augment", "seed"):
             value = budget[name]
             if isinstance(value, bool) or not isinstance(value, int | np.integer):

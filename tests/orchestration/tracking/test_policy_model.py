@@ -55,6 +55,23 @@ def test_the_limits_come_from_the_environment_with_safe_defaults() -> None:
     for bad in ("-1", "0", "many", "inf"):
         with pytest.raises(ValueError, match=f"^LINC_SERVE_MAX_BUDGET='{bad}': expected a pos"):
             ServingLimits.from_environment({"LINC_SERVE_MAX_BUDGET": bad})
+    # a switch, not a bound: torch.compile of the decision step
+    assert not defaults.compile
+    assert ServingLimits.from_environment({"LINC_SERVE_COMPILE": "1"}).compile is True
+    assert ServingLimits.from_environment({"LINC_SERVE_COMPILE": "0"}).compile is False
+    for bad in ("2", "-1", "yes"):
+        with pytest.raises(ValueError, match=f"^LINC_SERVE_COMPILE='{bad}': expected 0 or 1$"):
+            ServingLimits.from_environment({"LINC_SERVE_COMPILE": bad})
+
+
+@pytest.mark.slow  # about 30 s of compiling; compiled decoding is tested in linc_core's tests
+def test_a_compiled_model_answers_as_the_eager_one(tiny_policy_model, monkeypatch) -> None:
+    row = arrays(6)
+    eager = load(tiny_policy_model, monkeypatch).predict(row, params=SMALL)
+    monkeypatch.setenv("LINC_SERVE_COMPILE", "1")
+    compiled = load(tiny_policy_model, monkeypatch).predict(row, params=SMALL)
+    assert list(compiled["routes"]) == list(eager["routes"])
+    assert list(compiled["cost"]) == list(eager["cost"])  # exact lengths of the same routes
 
 
 def test_every_input_form_answers_or_says_what_to_send(

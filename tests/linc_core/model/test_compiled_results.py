@@ -1,0 +1,114 @@
+"""Compiled steps give eager's results: the same rollouts, solutions, losses and gradients.
+
+``torch.compile`` fuses the arithmetic (inductor's C++ loops on CPU), so results agree up to
+float rounding, not bit for bit. Stated tolerances:
+
+- float64 (where rounding is far below any decision): the same actions and solutions, exact
+  costs equal; log-likelihoods, losses and gradients to 1e-9 relative;
+- float32 (training and decoding's dtype): the same actions on these batches, log-likelihoods
+  to 1e-4 absolute (about 50 decisions of rounding ~1e-6 each).
+
+Compiling costs seconds per shape (each test compiles its own: 10-40 s here on 2 shared cores),
+so these are few and small, the CVRP, TSP and dense-credit cases marked slow;
+``test_compiled_steps.py`` covers every preset and problem for graph breaks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from linc_core.decoding import DecodeConfig, decode
+from linc_core.model import LincPolicy
+from linc_core.model.sampling import row_seeds, sample_z
+from linc_core.train import train_step
+from linc_core.train.data import generate
+from tests.conftest import tiny_configs
+
+SIZE = 10
+
+
+def _policy(preset: str, problem: str, dtype: torch.dtype) -> LincPolicy:
+    model, _ = tiny_configs(preset, problem)
+    torch.manual_seed(0)
+    return LincPolicy(model).to(dtype).eval()
+
+
+@pytest.mark.parametrize(
+    ("preset", "problem", "method"),
+    [
+        ("full_linc", "cvrptw", "sampling"),
+        pytest.param("full_linc", "cvrp", "greedy", marks=pytest.mark.slow),
+        pytest.param("pomo", "tsp", "multistart", marks=pytest.mark.slow),
+    ],
+)
+def test_compiled_decoding_finds_the_eager_solutions(
+    preset: str, problem: str, method: str
+) -> None:
+    policy = _policy(preset, problem, torch.float64)
+    instances = generate(problem, 2, SIZE, seed=7)
+    config = DecodeConfig(method=method, num_z=6, augment=8, seed=3)
+    eager = decode(policy, instances, config)
+    compiled = decode(policy, instances, dataclasses.replace(config, compile=True))
+    assert compiled.routes == eager.routes
+    assert compiled.aug_routes == eager.aug_routes
+    assert torch.equal(compiled.cost, eager.cost)  # exact lengths of the same routes
+
+
+@pytest.mark.parametrize("grad_mode", ["no_grad", "inference_mode"])
+def test_compiled_float32_rollouts_match_eager_within_the_stated_tolerance(grad_mode: str) -> None:
+    """Decoding's own dtype and both of its autograd modes (AOT autograd once failed under
+    inference_mode): the same actions and costs, log-likelihoods to 1e-4."""
+    policy = _policy("full_linc", "cvrptw", torch.float32)
+    instance = generate("cvrptw", 3, SIZE, seed=2)
+    k = 8
+    z = sample_z(row_seeds(1, 3), k, policy.config.z_dim)
+    seeds = row_seeds(4, 3)
+    context = torch.no_grad if grad_mode == "no_grad" else torch.inference_mode
+    results = {}
+    for compiled in (False, True):
+        with context():
+            results[compiled] = policy.rollout(
+                instance, k, z=z, sample_seeds=seeds, compiled=compiled
+            )
+    eager, fused = results[False], results[True]
+    assert torch.equal(fused.actions, eager.actions)
+    assert torch.equal(fused.cost, eager.cost)
+    torch.testing.assert_close(fused.log_likelihood, eager.log_likelihood, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("preset", "progress"),
+    [("full_linc", 0.5), pytest.param("baseline", 0.0, marks=pytest.mark.slow)],
+)
+def test_a_compiled_training_step_has_the_eager_loss_and_update(
+    preset: str, progress: float
+) -> None:
+    """One step from the same weights, float64: the same rollouts (costs), the loss and every
+    updated weight to 1e-9 relative (best-only credit at 50% of training; dense credit)."""
+    model, config = tiny_configs(preset, "cvrptw", num_rollouts=6, batch_size=3)
+    instance = generate("cvrptw", 3, SIZE, seed=5).to(dtype=torch.float64)
+    torch.manual_seed(0)
+    start = LincPolicy(model).double()
+    outcome = {}
+    for compiled in (False, True):
+        policy = copy.deepcopy(start)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+        step_config = dataclasses.replace(config, compile=compiled)
+        metrics = train_step(policy, optimizer, instance, step_config, progress, seed=3)
+        outcome[compiled] = (metrics, [p.detach().clone() for p in policy.parameters()])
+    (eager, eager_weights), (fused, fused_weights) = outcome[False], outcome[True]
+    assert (fused.mean_cost, fused.best_cost, fused.steps) == (
+        eager.mean_cost,
+        eager.best_cost,
+        eager.steps,
+    )
+    assert fused.loss == pytest.approx(eager.loss, rel=1e-9, abs=1e-12)
+    moved = 0.0
+    for before, a, b in zip(start.parameters(), eager_weights, fused_weights, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+        moved = max(moved, float((a - before.detach()).abs().max()))
+    assert moved > 0  # the step did move the weights
