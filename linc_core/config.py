@@ -39,8 +39,9 @@ class ModelConfig:
         input_scale: ``grid`` (LINC: divide coordinates and times by the grid size) or
             ``horizon`` (PolyNet/POMO: divide times by the depot due, coordinates by
             due / alpha).
-        node_static_features: kNN statistics appended to the node inputs (``concat``) or added
-            through a linear residual (``residual``, the CVRP reference).
+        node_static_features: kNN statistics of each node added to its inputs.
+        static_feature_mode: how those statistics enter: appended to the node inputs
+            (``concat``) or added through a linear residual (``residual``, the CVRP reference).
         knn_k: neighbours for the kNN statistics (``min(k, n - 1)`` is used).
         gated_attention: GateAttn (per-head gate on the attention output). Deviation: the
             paper mixes ``(1 - lambda_gate) o + lambda_gate g o`` (appendix, GateAttn); the
@@ -185,6 +186,8 @@ class TrainConfig:
         normalise_advantage: divide by the whole batch's std (+1e-6).
         rollout_mask: ``dense`` or ``best_only`` (only each instance's best rollout keeps its
             log-probability) from ``best_only_start_ratio`` of progress on.
+        best_only_start_ratio: the fraction of training after which ``best_only`` applies
+            (dense credit before it).
         multi_start: POMO starts (rollout k starts at customer k) instead of z vectors.
         replay_chunk: the gradient pass recomputes the decisions of at most this many rollouts
             per instance at once and accumulates their gradients (0: all at once); peak

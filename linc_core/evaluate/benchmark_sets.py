@@ -85,7 +85,8 @@ def load_benchmark(
 
     Args:
         limit: keep the first ``limit`` files (name order; unreadable ones count).
-        count, data_seed: size and seed of a ``synthetic-*`` set.
+        count: size of a ``synthetic-*`` set.
+        data_seed: seed of a ``synthetic-*`` set.
         root: data folder (default ``benchmarks.data_dir()``).
     """
     synthetic = SYNTHETIC.match(name)

@@ -26,28 +26,25 @@ agree to 1e-10 in float64 for every scorer and variant (``tests/linc_core/model/
 Symbols (paper eq. numbers) -> attributes here (the reference checkpoint's names, kept so its
 weights load unchanged):
 
-============================  ===============================================================
-paper                         here
-============================  ===============================================================
-h_t (decoder context)         ``context``, from ``linc_core.model.decoder.Decoder``
-k_{t,j} (candidate key)       ``embeddings[:, j]``: the encoder output E_j (single-head key)
-b_{t,j} = <h_t, k_{t,j}>      ``base`` (eq. 1 and 8)
-x_t(j) (eq. 4)                ``table[..., j, :]``, the environment's ``consequences``
-F_t, |F_t|                    ``feasible`` (mask without the depot), ``count``
-mu_t (eq. 2)                  ``means`` over F_t on the relative columns
-x_rel / x_abs                 ``centred_features`` / the other ``candidate_features``
-phi_t(j) (eq. 3)              ``phi``: the selected features, relative ones minus mu_t
-rho_t, r_t (eq. 5)            ``ratio``, ``step_summary`` (stats: ``config.summary_stats``)
-MLP_gamma/beta/alpha (eq. 6)  ``summary_input_proj`` (W_s, one first layer shared by the three,
-                              GELU) then ``summary_to_gamma`` / ``summary_to_beta`` /
-                              ``summary_to_alpha``
-gamma_t, beta_t, alpha_t      ``gamma``, ``beta``, ``alpha``
-h~_t (eq. 7)                  ``modulated``
-W_phi, its bias b_phi         ``full_phi_proj.weight``, ``full_phi_proj.bias`` (footnote 1)
-v_t = W_phi^T h~_t            ``comparator``
-u_{t,j} (eq. 8)               the returned scores
-MLP([h; phi]) (ablations)     ``mlp_hidden``, ``mlp_out``
-============================  ===============================================================
+| paper | here |
+|---|---|
+| h_t (decoder context) | ``context``, from ``linc_core.model.decoder.Decoder`` |
+| k_{t,j} (candidate key) | ``embeddings[:, j]``: the encoder output E_j (single-head key) |
+| b_{t,j} = <h_t, k_{t,j}> | ``base`` (eq. 1 and 8) |
+| x_t(j) (eq. 4) | ``table[..., j, :]``, the environment's ``consequences`` |
+| F_t and its size | ``feasible`` (mask without the depot), ``count`` |
+| mu_t (eq. 2) | ``means`` over F_t on the relative columns |
+| x_rel / x_abs | ``centred_features`` / the other ``candidate_features`` |
+| phi_t(j) (eq. 3) | ``phi``: the selected features, relative ones minus mu_t |
+| rho_t, r_t (eq. 5) | ``ratio``, ``step_summary`` (stats: ``config.summary_stats``) |
+| eq. 6, the MLPs' shared first layer W_s | ``summary_input_proj`` (then GELU) |
+| eq. 6, their second layers | ``summary_to_gamma``, ``summary_to_beta``, ``summary_to_alpha`` |
+| gamma_t, beta_t, alpha_t | ``gamma``, ``beta``, ``alpha`` |
+| h~_t (eq. 7) | ``modulated`` |
+| W_phi, its bias b_phi | ``full_phi_proj.weight``, ``full_phi_proj.bias`` (footnote 1) |
+| v_t = W_phi^T h~_t | ``comparator`` |
+| u_{t,j} (eq. 8) | the returned scores |
+| MLP([h; phi]) (ablations) | ``mlp_hidden``, ``mlp_out`` |
 """
 
 from __future__ import annotations

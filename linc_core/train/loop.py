@@ -162,7 +162,8 @@ def fit(
         callbacks: progress, tracking, checkpoint hooks.
         checkpoint_dir: ``latest.pt`` is written there after every epoch.
         resume_from: a checkpoint to continue from (model, optimiser, epoch, history).
-        max_seconds / max_steps: stop early after the epoch (or step) that crosses them.
+        max_seconds: stop early after the epoch that crosses this many seconds.
+        max_steps: stop early after the step that crosses this many steps.
         data_id: identifier of the training data (manifest checksum), stored in checkpoints.
         morph_from: the frozen policy whose scores morphing starts from (``config.morph_epochs``;
             lambda 0 -> 1 over those epochs, paper section 3.4).
