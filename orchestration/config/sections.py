@@ -38,6 +38,13 @@ SearchDistribution = Literal["uniform", "loguniform", "choice", "randint"]
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """What is solved.
+
+    Attributes:
+        problem: the routing problem, a registered problem name (``cvrptw``, ``cvrp``, ``tsp``).
+        num_customers: customers (cities, for TSP) per training instance.
+    """
+
     problem: ProblemName = "cvrptw"
     num_customers: int = 20
 
@@ -48,8 +55,13 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """``variant``: a preset of ``linc_core.presets.PRESETS``; ``overrides``: ModelConfig fields
-    (null keeps the variant's value)."""
+    """The model.
+
+    Attributes:
+        variant: a preset of ``linc_core.presets.PRESETS`` (an ablation variant, ``polynet`` or
+            ``pomo``); a sweep over variants sets it per trial.
+        overrides: ``ModelConfig`` fields over the variant's (null keeps the variant's value).
+    """
 
     variant: str = "full_linc"
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -129,17 +141,24 @@ class DataSpec:
 
 @dataclass(frozen=True)
 class TrackingSpec:
-    """MLflow. ``uri`` null: ``$MLFLOW_TRACKING_URI``, else a SQLite store in the storage folder
-    (``orchestration.tracking.store.resolve_tracking_uri``).
+    """MLflow.
 
-    ``parent_run_id`` and ``sweep`` are filled in by the sweep driver: each trial's run is nested
-    under the sweep's parent run and tagged with the sweep's name. ``flush_timeout_s``: how long
-    a finished trial (or the driver) waits for an unreachable store to take its last records
-    (``orchestration.tracking.writer``); what is left stays in the trial's final checkpoint.
-    ``register``: the model-registry name the sweep's best trial (lowest ``eval_cost``) is
-    registered under at its end, as a pyfunc model (``orchestration.tracking.registry``); null:
-    none. A password in ``uri`` (or ``search.storage``) is masked in all linc writes or prints
-    (``linc_core.utils.secrets``).
+    Attributes:
+        uri: the tracking store; null: ``$MLFLOW_TRACKING_URI``, else a SQLite store in the
+            storage folder (``orchestration.tracking.store.resolve_tracking_uri``). A password
+            in it is masked in everything linc writes or prints (``linc_core.utils.secrets``).
+        experiment: the MLflow experiment the runs go to (created if missing).
+        artifact_location: where a new experiment keeps its artifacts (null: MLflow's default
+            beside the store; ``s3://...`` for a server's artifacts on S3).
+        parent_run_id: filled in by the sweep driver: the sweep's parent run, under which each
+            trial's run is nested.
+        sweep: filled in by the sweep driver: the sweep's name, a tag of every trial run.
+        flush_timeout_s: how long a finished trial (or the driver) waits for an unreachable
+            store to take its last records (``orchestration.tracking.writer``); what is left
+            stays in the trial's final checkpoint.
+        register: the model-registry name the sweep's best trial (lowest ``eval_cost``) is
+            registered under at its end, as a pyfunc model (``orchestration.tracking.registry``);
+            null: none.
     """
 
     uri: str | None = None
@@ -255,8 +274,17 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class AblationSpec:
-    """``variants``: the swept presets, or the name of a list (``paper``: the paper's twelve);
-    ``compare_to``: the row the table's gaps are relative to."""
+    """An ablation: variants x seeds as one Tune experiment.
+
+    Attributes:
+        variants: the swept presets, or the name of a list (``paper``: the paper's twelve).
+        seeds: the training seeds; every variant trains once per seed.
+        compare_to: the variant the table's gaps are relative to (paired by seed and instance).
+        name: the sweep's name: its Tune experiment, its folder under ``cluster.storage`` and its
+            MLflow parent run.
+        resume: a re-run of the same sweep resumes it (finished trials kept); false starts a new
+            experiment.
+    """
 
     variants: tuple[str, ...] = ABLATION_VARIANTS
     seeds: tuple[int, ...] = (1234,)
@@ -280,15 +308,24 @@ class SearchSpec:
     """Optuna (TPE) through Tune's ``OptunaSearch``, in a persistent study, with ASHA early
     stopping (single objective).
 
-    ``space`` maps a dotted config key (``train.learning_rate``, ``model.overrides.scorer``) to
-    ``{"distribution": uniform|loguniform|randint|choice, "low", "high"}`` or
-    ``{"distribution": "choice", "values": [...]}``. ``metric`` and ``mode`` are one objective
-    or lists of objectives (a multi-objective search: its Pareto front, no early stopping);
-    an objective is any metric a trial reports (``validation_cost``, ``seconds`` per epoch,
-    ``eval_cost``...). ``storage``: the study's SQLAlchemy URL (null: ``optuna.db`` beside a
-    SQLite tracking store, else in the local storage folder;
-    :mod:`orchestration.experiment.study`). ``num_samples`` counts the study's finished
-    trials: re-running a search with a larger one adds only the missing trials.
+    Attributes:
+        name: the search's name: its Optuna study, its Tune experiment and its parent run.
+        num_samples: how many finished trials the study should hold: re-running a search with a
+            larger one adds only the missing trials.
+        max_concurrent: trials run at once.
+        metric: the objective, any metric a trial reports (``validation_cost``, ``seconds`` per
+            epoch, ``eval_cost``...), or a list of them (a multi-objective search: its Pareto
+            front, no early stopping).
+        mode: ``min`` or ``max``, or one per metric.
+        storage: the study's SQLAlchemy URL; null: ``optuna.db`` beside a SQLite tracking
+            store, else in the local storage folder (:mod:`orchestration.experiment.study`).
+        grace_period: epochs ASHA lets every trial train before it may stop one.
+        reduction_factor: ASHA's halving rate: the share of trials kept at each rung is 1 over
+            it.
+        seed: the sampler's seed (TPE's draws).
+        space: the searched keys: a dotted config key (``train.learning_rate``,
+            ``model.overrides.scorer``) mapped to ``{"distribution": uniform, loguniform or
+            randint, "low", "high"}`` or ``{"distribution": "choice", "values": [...]}``.
     """
 
     name: str = "hpo"
@@ -344,11 +381,16 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """Deliberate failures, each once, in a trial not restored from a checkpoint, right after
-    that epoch's checkpoint (so the retry resumes from it): ``fail_at_epoch`` raises;
-    ``stall_at_epoch`` hangs (sleeps, alive, reporting nothing: for ``cluster.stall_timeout_s``);
-    ``memory_spike_gb`` allocates (and holds, training on) that much memory after the first
-    epoch, for Ray's memory monitor to kill the trial."""
+    """Deliberate failures for the fault matrix, each once, in a trial not restored from a
+    checkpoint, right after that epoch's checkpoint (so the retry resumes from it).
+
+    Attributes:
+        fail_at_epoch: the trial raises after this epoch.
+        stall_at_epoch: the trial hangs after this epoch (sleeps, alive, reporting nothing: for
+            ``cluster.stall_timeout_s``).
+        memory_spike_gb: the trial allocates (and holds, training on) this much memory after
+            its first epoch, for Ray's memory monitor to kill it.
+    """
 
     fail_at_epoch: int | None = None
     stall_at_epoch: int | None = None
