@@ -65,6 +65,12 @@ def run_decode(quick: bool) -> list[dict]:
     return bench_decode(quick)
 
 
+def run_compile(quick: bool) -> list[dict]:
+    from bench.bench_compile import bench_compile
+
+    return bench_compile(quick)
+
+
 BENCHMARKS = {
     "env": run_env,
     "generator": run_generator,
@@ -73,6 +79,7 @@ BENCHMARKS = {
     "datagen": run_datagen,
     "platform": run_platform,
     "decode": run_decode,
+    "compile": run_compile,
 }
 
 

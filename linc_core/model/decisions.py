@@ -31,19 +31,26 @@ def decide_all(
     state: RolloutState,
     step: int | Tensor,
     mask_bytes: Tensor | None = None,
+    z: Tensor | None = None,
+    positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Every rollout's decision at ``state``: (``[B, K]`` actions, ``[B, K]`` their
     log-probabilities, ``[B, K, N]`` the morph base scores or None).
 
     A forced rollout (finished ones included) gets its one action with log-probability 0.
-    ``mask_bytes``: ``state.mask`` viewed as uint8, read in its place (a compiled step on CPU:
-    torch 2.13's inductor reads a bool tensor in vectorised loops about 10x slower than bytes,
-    ``linc_core.utils.compiling.SCALAR_LOOPS``; the same values).
+
+    Args:
+        mask_bytes: ``state.mask`` viewed as uint8, read in its place (a compiled step on CPU:
+            torch 2.13's inductor reads a bool tensor in vectorised loops about 10x slower
+            than bytes, ``linc_core.utils.compiling.SCALAR_LOOPS``; the same values).
+        z: the z-vectors of ``state``'s rollouts (default: the chooser's).
+        positions: ``[B, K]`` which of the chooser's rollouts ``state`` holds (a packed
+            selection; the sampler's noise follows the rollout), None: all, in order.
     """
     if mask_bytes is not None:
         state = dataclasses.replace(state, mask=mask_bytes != 0)
-    _, log_probs, base = chooser.evaluate(state)
-    action = chooser.pick(log_probs.detach(), step, None)
+    _, log_probs, base = chooser.evaluate(state, z)
+    action = chooser.pick(log_probs.detach(), step, positions)
     return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), base
 
 
@@ -71,10 +78,12 @@ class PolicyChooser:
             (probability 1: the same action and log-likelihood, about a third less model work
             on CVRPTW n=50). Off when every rollout's scores are wanted (the diagnostics).
             None (default): on where it pays, on CPU (``linc_core.problems.packing.prunes_rows``).
-        compiled: decide with ``decide_all`` under ``torch.compile`` (``compile_step``: every
-            rollout, no packing, one graph per shape), and offer the compiled environment step
-            as ``transition`` for the rollout engine. Same actions and log-likelihoods as eager
-            up to float rounding of the fused arithmetic.
+        compiled: decide with ``decide_all`` under ``torch.compile`` (``compile_step``) and
+            offer the compiled environment step as ``transition`` for the rollout engine. The
+            packing (``skip_forced``) stays outside the graph: with it the packed width is a
+            symbolic size (one more compile when it first changes, then none), without it (CUDA)
+            every shape is fixed, as CUDA graphs need. Same actions and log-likelihoods as
+            eager up to float rounding of the fused arithmetic.
     """
 
     def __init__(
@@ -100,10 +109,12 @@ class PolicyChooser:
         self.morph = morph
         device = env.instance.device
         if skip_forced is None:
-            skip_forced = prunes_rows(device) and not compiled
+            skip_forced = prunes_rows(device)
         self.skip_forced = skip_forced
         self.compiled = compiled
-        self._decide = compile_step(decide_all, device) if compiled else decide_all
+        self._decide = decide_all
+        if compiled:  # packed widths change from step to step: symbolic after the first change
+            self._decide = compile_step(decide_all, device, dynamic=None if skip_forced else False)
         self.transition = env.step
         if compiled:  # masks and counts: scalar loops on CPU (``SCALAR_LOOPS``)
             transition = compile_step(env_transition, device, vectorise=False)
@@ -157,11 +168,12 @@ class PolicyChooser:
             width = int(choice.sum(-1).max())
         else:
             width = k
+        # A compiled step takes the decision index as a tensor (one graph for every step) and
+        # the mask as bytes (``decide_all``).
+        at = torch.full((), step, device=state.mask.device) if self.compiled else step
         if width == k:
-            # A compiled step takes the decision index as a tensor: one graph for every step.
-            at = torch.full((), step, device=state.mask.device) if self.compiled else step
             mask_bytes = state.mask.view(torch.uint8) if self.compiled else None
-            action, chosen, base = self._decide(self, state, at, mask_bytes)
+            action, chosen, base = self._decide(self, state, at, mask_bytes, self.z)
         else:
             # The one feasible action of a forced rollout (the first feasible node).
             action = state.mask.to(torch.uint8).argmax(-1)
@@ -173,11 +185,13 @@ class PolicyChooser:
                 z = None
                 if self.z is not None:
                     z = self.z.gather(1, positions.unsqueeze(-1).expand(-1, -1, self.z.shape[-1]))
-                _, log_probs, sub_base = self.evaluate(state.select(positions), z)
-                decided = self.pick(log_probs.detach(), step, positions)
+                packed = state.select(positions)
+                mask_bytes = packed.mask.view(torch.uint8) if self.compiled else None
+                decided, decided_log_prob, sub_base = self._decide(
+                    self, packed, at, mask_bytes, z, positions
+                )
                 action = action.scatter(1, positions, decided)
-                decided_log_prob = log_probs.gather(-1, decided.unsqueeze(-1)).squeeze(-1)
-                chosen = torch.zeros_like(choice, dtype=log_probs.dtype).scatter(
+                chosen = torch.zeros_like(choice, dtype=decided_log_prob.dtype).scatter(
                     1, positions, decided_log_prob
                 )
                 if sub_base is not None:

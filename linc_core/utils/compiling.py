@@ -59,10 +59,19 @@ def _copied(value: Any) -> Any:
 SCALAR_LOOPS = {"cpp.simdlen": 0}
 
 
+# Graphs kept per compiled step (dynamo's ``recompile_limit``, 8 by default). Each model variant,
+# dtype, problem, autograd mode and packed/dense call is a graph of its own: a process that
+# decodes several models (a sweep's evaluations, the tests) passes 8 soon, and with
+# ``fullgraph=True`` passing it is an error, not a fallback to eager.
+GRAPHS_PER_STEP = 64
+
+
 @functools.cache
 def _compiled(
     fn: Callable, device_type: str, dynamic: bool | None, graphs: bool, vectorise: bool
 ) -> Callable:
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, GRAPHS_PER_STEP)
     mode = "reduce-overhead" if graphs else None
     options = None if vectorise or device_type != "cpu" else dict(SCALAR_LOOPS)
     if options is not None:  # torch.compile takes either a mode or options

@@ -1,0 +1,263 @@
+"""Compiled against eager, side by side in one process: decoding, training, the GEMM share.
+
+    python -m bench --only compile
+
+Every pair runs in this process with one thread, interleaved (each repeat runs both sides,
+alternating which goes first), so load from other jobs falls on both alike; a ratio is the
+median of the sides' rates. Rows:
+
+- ``decode``: ``decode(method="sampling", num_z=128, augment=8)`` of Solomon C101 and R101
+  (16 rows x 128 rollouts: one chunk, one shape) with ``DecodeConfig.compile`` on and off,
+  rollouts/s (target: compiled 1.5x eager);
+- ``train``: ``train_step`` of full_linc at 50% of training (best-only credit), CVRPTW n=50 and
+  n=100, B=16, K=128, ``TrainConfig.compile`` on and off, samples/s; at n=50 also against
+  rl4co's PolyNet (``bench.bench_train``'s peer, target 3x);
+- ``gemm``: the model arithmetic's share of this core's fp32 GEMM rate. The rate: the best
+  ``torch.mm`` multiply-adds/s over the decision's own GEMM shapes and a square one, measured
+  in the same run. The share: one dense decision of all B x K = 2048 rollouts (n=50, a state a
+  third into the rollouts) does ``decision_multiply_adds`` x 2048 multiply-adds; that over its
+  time and the rate. Its bound: the same count over the time of the decision's matrix kernels
+  alone (GEMMs, attention, their copies; ``torch.profiler``), what the share would be if every
+  other kernel took no time (target 60%).
+
+Each compiled side's first call compiles (once per shape and process; the replay's packed
+width and the packed decisions' width once more when they first change): the row names give
+those seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from bench.bench_decode import _solomon
+from bench.bench_train import RL4CO_PEER, _plan, decision_multiply_adds, rl4co_step_seconds
+from linc_core.config import ModelConfig
+from linc_core.decoding import DecodeConfig, decode
+from linc_core.model import LincPolicy
+from linc_core.model.decisions import PolicyChooser
+from linc_core.model.sampling import keyed_sampler, rollout_keys, row_seeds, sample_z
+from linc_core.problems import make_env, random_feasible_actions
+from linc_core.train import train_step
+from linc_core.train.data import generate
+
+BATCH, ROLLOUTS = 16, 128
+DECODE_TARGET, RL4CO_TARGET, SHARE_TARGET = 1.5, 3.0, 0.60
+# The kernels of a decision that are matrix arithmetic (and addmm's bias copies).
+MATRIX_KERNELS = (
+    "aten::addmm",
+    "aten::mm",
+    "aten::bmm",
+    "aten::copy_",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+)
+
+
+def _interleaved(runners: dict[str, Callable[[int], float]], repeats: int) -> dict[str, float]:
+    """Median seconds of each runner over ``repeats`` rounds, the order rotating per round."""
+    names = list(runners)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            seconds[name].append(runners[name](r + 1))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def _first_call(run: Callable[[int], float]) -> float:
+    """Seconds of the first call (the compiling one), its result discarded."""
+    began = time.perf_counter()
+    run(0)
+    return time.perf_counter() - began
+
+
+def gemm_rate(shapes: tuple[tuple[int, int, int], ...], repeats: int = 5) -> float:
+    """The best fp32 ``torch.mm`` multiply-adds per second over ``shapes`` (m, k, n)."""
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        out = torch.empty(m, n)
+        calls = max(1, int(2e8 // (m * k * n)))
+        for _ in range(repeats):
+            began = time.perf_counter()
+            for _ in range(calls):
+                torch.mm(a, b, out=out)
+            best = max(best, m * k * n * calls / (time.perf_counter() - began))
+    return best
+
+
+def _decode_rows(repeats: int) -> list[dict]:
+    torch.manual_seed(0)
+    policy = LincPolicy(ModelConfig()).eval()
+    instances = _solomon(("C101", "R101"))
+    config = DecodeConfig(method="sampling", num_z=128, augment=8, seed=0)
+
+    def runner(compiled: bool) -> Callable[[int], float]:
+        chosen = dataclasses.replace(config, compile=compiled)
+        return lambda _: decode(policy, instances, chosen).seconds
+
+    runners = {"eager": runner(False), "compiled": runner(True)}
+    first = {name: _first_call(run) for name, run in runners.items()}
+    median = _interleaved(runners, repeats)
+    rollouts = instances.batch_size * config.augment * config.num_z
+    rate = {name: rollouts / seconds for name, seconds in median.items()}
+    compile_seconds = first["compiled"] - median["compiled"]
+    return [
+        {
+            "name": (
+                f"decode sampling z=128 x8, C101+R101 (n=100), rollouts/s, compiled vs eager "
+                f"(compiling {compile_seconds:.0f} s once)"
+            ),
+            "ours": rate["compiled"],
+            "peer": rate["eager"],
+            "peer_name": "the same decode eager (DecodeConfig.compile=False), interleaved",
+            "ratio": rate["compiled"] / rate["eager"],
+            "target": DECODE_TARGET,
+        }
+    ]
+
+
+def _train_runner(n: int, compiled: bool) -> Callable[[int], float]:
+    """One seeded full_linc ``train_step`` at 50% of training, returning its seconds."""
+    plan = _plan("full_linc", BATCH, ROLLOUTS, n)
+    config = dataclasses.replace(plan.train, compile=compiled)
+    torch.manual_seed(0)
+    policy = LincPolicy(plan.model)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4)
+    instance = generate("cvrptw", BATCH, n, 0)
+
+    def run(step: int) -> float:
+        began = time.perf_counter()
+        train_step(policy, optimizer, instance, config, 0.5, step)
+        return time.perf_counter() - began
+
+    return run
+
+
+def _train_rows(n: int, repeats: int, peer: bool) -> list[dict]:
+    runners = {"eager": _train_runner(n, False), "compiled": _train_runner(n, True)}
+    if peer:
+        sizes = _plan("full_linc", BATCH, ROLLOUTS, n).model
+        runners["rl4co"] = rl4co_step_seconds(BATCH, ROLLOUTS, n, 0, sizes)
+    first = {name: _first_call(run) for name, run in runners.items()}
+    # a second step: the replay's packed width changes, its one recompile (dynamic=None)
+    warm = {name: _first_call(run) for name, run in runners.items()}
+    median = _interleaved(runners, repeats)
+    rate = {name: BATCH * ROLLOUTS / seconds for name, seconds in median.items()}
+    compile_seconds = first["compiled"] + warm["compiled"] - 2 * median["compiled"]
+    size = f"CVRPTW n={n}, B={BATCH}, K={ROLLOUTS}"
+    rows = [
+        {
+            "name": (
+                f"train samples/s full_linc compiled vs eager ({size}; compiling "
+                f"{compile_seconds:.0f} s once)"
+            ),
+            "ours": rate["compiled"],
+            "peer": rate["eager"],
+            "peer_name": "the same train_step eager (TrainConfig.compile=False), interleaved",
+            "ratio": rate["compiled"] / rate["eager"],
+            "target": None,
+        }
+    ]
+    if peer:
+        eager_ratio = rate["eager"] / rate["rl4co"]
+        rows.append(
+            {
+                "name": f"train samples/s full_linc compiled vs rl4co PolyNet ({size})",
+                "ours": rate["compiled"],
+                "peer": rate["rl4co"],
+                "peer_name": f"{RL4CO_PEER} (eager full_linc: {eager_ratio:.2f}x)",
+                "ratio": rate["compiled"] / rate["rl4co"],
+                "target": RL4CO_TARGET,
+            }
+        )
+    return rows
+
+
+def _decision_seconds(chooser: PolicyChooser, state, calls: int = 10) -> float:
+    chooser(state, 0)
+    began = time.perf_counter()
+    for step in range(calls):
+        chooser(state, step)
+    return (time.perf_counter() - began) / calls
+
+
+def _matrix_seconds(chooser: PolicyChooser, state, calls: int = 5) -> float:
+    """Seconds per decision spent in ``MATRIX_KERNELS`` (self time, ``torch.profiler``)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for step in range(calls):
+            chooser(state, step)
+    events = profiler.key_averages()
+    return sum(e.self_cpu_time_total for e in events if e.key in MATRIX_KERNELS) / 1e6 / calls
+
+
+def _gemm_rows(repeats: int) -> list[dict]:
+    n = 50
+    plan = _plan("full_linc", BATCH, ROLLOUTS, n)
+    model = plan.model
+    d, hidden = model.embedding_dim, model.scorer_hidden_dim
+    rows_ = BATCH * ROLLOUTS
+    summary = 1 + len(model.summary_stats)
+    shapes = (
+        (rows_, d, d),
+        (rows_, d + model.z_dim, model.poly_hidden_dim),
+        (rows_, d + summary, 3 * hidden),
+    )
+    rate = gemm_rate((*shapes, (1024, 1024, 1024)))
+    torch.manual_seed(0)
+    policy = LincPolicy(model).eval()
+    instance = generate("cvrptw", BATCH, n, 0)
+    env = make_env(instance, ROLLOUTS)
+    state = env.reset()
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(n // 3):
+        state = env.step(state, random_feasible_actions(state.mask, generator))
+    z = sample_z(row_seeds(1, BATCH), ROLLOUTS, model.z_dim)
+    macs = decision_multiply_adds(model, n + 1) * rows_
+    found = {}
+    with torch.no_grad():
+        encoded = policy.encode(instance)
+        pick = keyed_sampler(rollout_keys(row_seeds(2, BATCH), 0, ROLLOUTS))
+        for compiled in (False, True):
+            chooser = PolicyChooser(
+                policy, env, encoded, z, pick, skip_forced=False, compiled=compiled
+            )
+            seconds = min(_decision_seconds(chooser, state) for _ in range(repeats))
+            found[compiled] = (seconds, _matrix_seconds(chooser, state))
+    rows = []
+    for compiled, label in ((True, "compiled"), (False, "eager")):
+        seconds, matrix = found[compiled]
+        share, bound = macs / seconds / rate, macs / matrix / rate
+        rows.append(
+            {
+                "name": (
+                    f"model arithmetic / GEMM rate, {label} decision (CVRPTW n={n}, {rows_} "
+                    f"rollouts, {macs / 1e6:.0f}M MAC in {seconds * 1e3:.1f} ms; GEMM "
+                    f"{rate / 1e9:.1f} GMAC/s; bound with only the matrix kernels "
+                    f"({matrix * 1e3:.1f} ms): {bound:.0%})"
+                ),
+                "ours": 100 * share,
+                "ratio": share / SHARE_TARGET,
+                "target": 100 * SHARE_TARGET,
+            }
+        )
+    return rows
+
+
+def bench_compile(quick: bool, peer: bool = True) -> list[dict]:
+    """Every row of the module docstring, with the load average at the start and the end."""
+    repeats = 2 if quick else 3
+    load = os.getloadavg()[0]
+    rows = _gemm_rows(repeats) + _decode_rows(repeats) + _train_rows(50, repeats, peer)
+    if not quick:
+        rows += _train_rows(100, repeats, peer=False)
+    note = f"load average {load:.1f} -> {os.getloadavg()[0]:.1f} on 2 cores (other jobs)"
+    rows[0]["name"] = f"{rows[0]['name']} [{note}]"
+    return rows
+
+
+__all__ = ["bench_compile", "gemm_rate"]
