@@ -141,6 +141,33 @@ def register_preset(preset: Preset) -> Preset:
     return preset
 
 
+def variant_of(model: ModelConfig, train: TrainConfig) -> Preset | None:
+    """The preset whose switches ``model`` and ``train`` carry (a checkpoint's configs), or None
+    when none does.
+
+    A switch is a field some preset sets; sizes (``embedding_dim``, ``epochs``...) and the
+    training budget are not switches, so a small CPU model of ``polynet`` is still PolyNet.
+    Where presets coincide for a problem (CVRP's and TSP's LINC has neither GateAttn nor the
+    Depth Mixer, so ``no_gateattn`` is ``full_linc`` there) the one setting fewest switches
+    names it.
+    """
+    model_switches = sorted({key for p in PRESETS.values() for key in p.model} - {"problem"})
+    train_switches = sorted({key for p in PRESETS.values() for key in p.train})
+    matches = []
+    for preset in PRESETS.values():
+        try:
+            preset_model, preset_train = preset_configs(preset.name, model.problem)
+        except ConfigError:  # a preset that names another problem's features
+            continue
+        if all(getattr(model, k) == getattr(preset_model, k) for k in model_switches) and all(
+            getattr(train, k) == getattr(preset_train, k) for k in train_switches
+        ):
+            matches.append(preset)
+    if not matches:
+        return None
+    return min(matches, key=lambda p: len(p.model) + len(p.train))
+
+
 def preset_named(name: str) -> Preset:
     """``PRESETS[name]``; an unknown name is a :class:`~linc_core.utils.typed.ConfigError`."""
     if name not in PRESETS:
@@ -210,4 +237,5 @@ __all__ = [
     "preset_named",
     "register_preset",
     "variant_configs",
+    "variant_of",
 ]

@@ -191,12 +191,13 @@ def tiny_policy(
     return LincPolicy(tiny_configs(preset, problem)[0]).to(dtype).eval()
 
 
-def tiny_checkpoint(path: Path) -> Path:
-    """``tiny_policy()`` saved as an untrained (epoch 0) training checkpoint at ``path``."""
-    policy = tiny_policy()
+def tiny_checkpoint(path: Path, preset: str = "full_linc", problem: str = "cvrptw") -> Path:
+    """``tiny_policy(preset, problem)`` saved as an untrained (epoch 0) training checkpoint at
+    ``path``, with the preset's training config."""
+    policy = tiny_policy(preset, problem)
     payload = build_payload(
         model_config=policy.config,
-        train_config=TrainConfig(),
+        train_config=tiny_configs(preset, problem)[1],
         model_state=policy.state_dict(),
         optimizer_state=None,
         epoch=0,

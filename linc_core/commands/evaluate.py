@@ -5,6 +5,10 @@ scored and reported.
 
     linc-eval --checkpoint runs/x/latest.pt --benchmark solomon100 --decode sampling --z 800 --aug 8
     linc-eval --checkpoint ... --benchmark path/to/homberger200 --decode sgbs --out runs/eval-hg
+    linc-eval --checkpoint cvrp.pt --benchmark cvrplib_x --max-customers 200
+
+The table's method is what the checkpoint is: its variant's label (Full LINC, PolyNet, POMO,
+an ablation's row), read from the switches its configs carry.
 
 Decoding (``--decode``; the budget is printed before decoding starts and is the table's label):
 
@@ -67,6 +71,7 @@ from linc_core.evaluate.scoring import (
     planned_rollouts,
     summarize,
 )
+from linc_core.presets import variant_of
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
 
@@ -108,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="torch.compile the decision step (DecodeConfig.compile; README, Compiled steps)",
+    )
+    p.add_argument(
+        "--max-customers",
+        type=int,
+        default=None,
+        help="keep the instances with at most this many customers (e.g. X up to 200)",
     )
     p.add_argument("--count", type=int, default=128, help="synthetic set size")
     p.add_argument("--data-seed", type=int, default=0, help="synthetic set seed")
@@ -155,8 +166,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         max_rollouts_per_chunk=args.max_rollouts_per_chunk,
         compile=args.compile,
     )
-    policy, _ = load_policy(args)
-    bench = load_set(args, count=args.count, data_seed=args.data_seed)
+    policy, payload = load_policy(args)
+    bench = load_set(
+        args, count=args.count, data_seed=args.data_seed, max_customers=args.max_customers
+    )
     _report_set(bench)
     if bench.instances and bench.instances[0].problem != policy.config.problem:
         raise CommandLineError(
@@ -169,7 +182,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.pyvrp_seconds > 0 and bench.instances:
         pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
         pyvrp_seconds = args.pyvrp_seconds * len(bench.instances)
-    method = f"LINC {config.label}"
+    variant = variant_of(policy.config, payload["train_config"])
+    # the method is what the checkpoint is (its variant's label: LINC, PolyNet, POMO, ...)
+    method = f"{variant.label if variant else 'policy'} {config.label}"
     planned = planned_rollouts(config, bench.instances, policy.config.z_dim)
     per_instance = f", {planned // len(bench.instances)} rollouts per instance" if planned else ""
     print(f"decoding {len(bench.instances)} instances: {config.label}{per_instance}", flush=True)
@@ -224,9 +239,9 @@ def _report_set(bench: BenchmarkSet) -> None:
     for file_name, message in bench.errors:
         print(f"error: {file_name}: {message}", file=sys.stderr)
     if bench.skipped:
-        names = ", ".join(name for name, _ in bench.skipped[:5])
-        more = f", ... ({len(bench.skipped)} files)" if len(bench.skipped) > 5 else ""
-        print(f"note: skipped files that are not instances: {names}{more}", file=sys.stderr)
+        names = ", ".join(f"{name} ({why})" for name, why in bench.skipped[:5])
+        more = f", ... ({len(bench.skipped)} in all)" if len(bench.skipped) > 5 else ""
+        print(f"note: skipped {names}{more}", file=sys.stderr)
     missing = bench.without_bks()
     if missing:
         names = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 BENCHMARK_HELP = (
     "set name (solomon100, solomon50, tsplib, cvrplib_x, xml100, synthetic-PROBLEM-SIZE) or a "
-    "folder of Solomon-format files"
+    "folder of benchmark files of one format (Solomon .txt, TSPLIB .tsp, CVRPLIB .vrp)"
 )
 
 

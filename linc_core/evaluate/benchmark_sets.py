@@ -8,11 +8,14 @@
   by name);
 - ``synthetic-PROBLEM-SIZE`` (e.g. ``synthetic-cvrptw-100``): ``count`` instances from the
   training generator, seeded by ``data_seed`` (exact convention, no BKS);
-- any other value is a folder of Solomon-format files (Homberger-200 has that format); a
-  ``bks.csv`` in it with an ``instance`` column and a cost column is used when present. A
-  ``.txt`` file that is a Solomon file but cannot be read becomes an error entry naming the
-  file; files that are not instances at all (other suffixes, a ``.txt`` without the VEHICLE and
-  CUSTOMER sections: notes, the folder's own best-known values) are skipped and listed.
+- any other value is a folder of benchmark files of one format: Solomon (``.txt``; Homberger-200
+  has that format), TSPLIB (``.tsp``), CVRPLIB (``.vrp``), or a registered problem's; a
+  ``bks.csv`` in it with an ``instance`` column and a cost column is used when present. A file
+  of the format that cannot be read becomes an error entry naming the file; files that are not
+  instances at all (other suffixes, a ``.txt`` without the VEHICLE and CUSTOMER sections:
+  notes, solutions, the folder's own best-known values) are skipped and listed;
+- ``max_customers`` keeps the instances with at most that many customers (cities), e.g. the X
+  instances up to 200 customers.
 
 Best-known values are matched to instance names case-insensitively (``C1_2_1`` in a CSV is
 ``c1_2_1.txt``'s value). ``limit`` keeps the first files in name order, unreadable ones
@@ -80,15 +83,37 @@ def load_benchmark(
     count: int = 128,
     data_seed: int = 0,
     root: str | os.PathLike[str] | None = None,
+    max_customers: int | None = None,
 ) -> BenchmarkSet:
-    """A named set (module docstring) or a folder of Solomon-format files.
+    """A named set or a folder of benchmark files (module docstring).
 
     Args:
         limit: keep the first ``limit`` files (name order; unreadable ones count).
         count: size of a ``synthetic-*`` set.
         data_seed: seed of a ``synthetic-*`` set.
         root: data folder (default ``benchmarks.data_dir()``).
+        max_customers: keep the instances with at most this many customers (cities); the
+            others are listed as skipped.
     """
+    loaded = _load(name, limit, count, data_seed, root)
+    if max_customers is None:
+        return loaded
+    kept = [i for i in loaded.instances if i.num_customers <= max_customers]
+    larger = [
+        (i.names[0], f"{i.num_customers} customers, more than {max_customers}")
+        for i in loaded.instances
+        if i.num_customers > max_customers
+    ]
+    return replace(loaded, instances=kept, skipped=sorted([*loaded.skipped, *larger]))
+
+
+def _load(
+    name: str,
+    limit: int | None,
+    count: int,
+    data_seed: int,
+    root: str | os.PathLike[str] | None,
+) -> BenchmarkSet:
     synthetic = SYNTHETIC.match(name)
     if synthetic:
         from linc_core.train.data import generate
@@ -119,9 +144,12 @@ def load_benchmark(
     if not folder.is_dir():
         raise ValueError(
             f"--benchmark {name!r}: not a known set (solomon100, solomon50, tsplib, cvrplib_x, "
-            "xml100, synthetic-PROBLEM-SIZE) and not a folder of Solomon-format files"
+            "xml100, synthetic-PROBLEM-SIZE) and not a folder of benchmark files"
         )
-    return _solomon_folder(folder, str(folder), limit)
+    file_format = _folder_format(folder)
+    if file_format == "solomon":
+        return _solomon_folder(folder, str(folder), limit)
+    return _format_folder(folder, file_format, limit)
 
 
 def solomon50(
@@ -184,6 +212,57 @@ def _solomon_folder(folder: Path, name: str, limit: int | None) -> BenchmarkSet:
     sources = {i.names[0]: files[i.names[0]] for i in kept}
     skipped.sort()
     loaded = BenchmarkSet(name, convention_for("solomon"), kept, {}, errors, sources, skipped)
+    return _with_bks(loaded, bks)
+
+
+def _folder_format(folder: Path) -> str:
+    """The one file format of a folder's instance files (by extension; Solomon's ``.txt`` when
+    it has none, so that its own error names the folder).
+
+    Raises:
+        ValueError: files of two formats (say ``.vrp`` and ``.tsp``), named with their counts.
+    """
+    from linc_core.instances.any_file import file_formats
+
+    by_suffix = {f.suffix: name for name, f in file_formats().items()}
+    counts: dict[str, int] = {}
+    for path in folder.iterdir():
+        file_format = by_suffix.get(path.suffix.lower()) if path.is_file() else None
+        if file_format is not None:
+            counts[file_format] = counts.get(file_format, 0) + 1
+    if len(counts) > 1:
+        found = ", ".join(f"{n} {f}" for f, n in sorted(counts.items()))
+        raise ValueError(f"--benchmark {folder}: files of several formats ({found}); one per set")
+    return next(iter(counts), "solomon")
+
+
+def _format_folder(folder: Path, file_format: str, limit: int | None) -> BenchmarkSet:
+    """A folder of TSPLIB or CVRPLIB files (or a registered problem's format): the first
+    ``limit`` in name order, each file that cannot be read an error entry naming it, any
+    other file skipped and listed, best-known values from its ``bks.csv``."""
+    from linc_core.instances.any_file import file_formats
+
+    reader = file_formats()[file_format]
+    instances, errors, sources, skipped = [], [], {}, []
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        if path.suffix.lower() != reader.suffix:
+            if path.name != "bks.csv":
+                skipped.append((path.name, f"not a {reader.suffix} file"))
+            continue
+        if limit is not None and len(instances) + len(errors) >= limit:
+            break
+        try:
+            instances.append(reader.read(path))
+            sources[instances[-1].names[0]] = path
+        except (InstanceError, OSError, ValueError) as err:
+            errors.append((path.name, str(err)))
+    bks_file = folder / "bks.csv"
+    bks = read_bks_csv(bks_file, FOLDER_BKS_COLUMNS) if bks_file.is_file() else {}
+    try:
+        convention = convention_for(file_format)
+    except ValueError:  # a registered problem's own format: its spec's convention
+        convention = convention_for(instances[0].problem) if instances else "exact"
+    loaded = BenchmarkSet(str(folder), convention, instances, {}, errors, sources, skipped)
     return _with_bks(loaded, bks)
 
 

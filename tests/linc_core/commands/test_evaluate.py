@@ -57,3 +57,29 @@ def test_a_malformed_file_is_reported_by_name_and_the_rest_evaluated(data_dir, t
     assert (out / "plots" / "C101.png").read_bytes().startswith(PNG_MAGIC)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["errors"] == 1 and summary["feasible"] == 2
+
+
+def test_the_table_names_the_checkpoints_variant_on_a_cvrplib_folder(data_dir, tmp_path):
+    """A PolyNet checkpoint's rows are PolyNet's, not "LINC"; a folder of CVRPLIB files is a
+    set (its bks.csv gives the gaps); --max-customers keeps the smaller instances."""
+    folder = tmp_path / "x"
+    folder.mkdir()
+    for name in ("X-n101-k25", "X-n106-k14", "X-n110-k13"):
+        shutil.copy(data_dir / "cvrplib_x" / f"{name}.vrp", folder / f"{name}.vrp")
+    shutil.copy(data_dir / "cvrplib_x" / "bks.csv", folder / "bks.csv")
+    checkpoint = tiny_checkpoint(tmp_path / "polynet.pt", "polynet", "cvrp")
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--checkpoint", str(checkpoint), "--benchmark", str(folder), "--decode", "greedy",
+            "--z", "1", "--aug", "1", "--max-customers", "104", "--out", str(out), "--plot", "0",
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    with (out / "rows.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["instance"] for r in rows] == ["X-n101-k25"]  # 105 and 109 customers: left out
+    assert rows[0]["method"].startswith("PolyNet greedy")
+    assert float(rows[0]["gap_bks_pct"]) > 0  # against 27591, in the CVRPLIB convention
+    assert "| PolyNet greedy" in (out / "table.md").read_text()

@@ -70,7 +70,7 @@ def test_files_that_are_not_instances_are_skipped_with_a_note(
 ):
     assert _eval(checkpoint, user_folder, tmp_path / "out", "--decode", "greedy") == 0
     err = capsys.readouterr().err
-    assert "note: skipped files that are not instances: C101.sol, R101.sol, README.txt" in err
+    assert "note: skipped C101.sol (not a .txt file), R101.sol (not a .txt file), README.txt (a .txt" in err
     assert "error:" not in err
     rows = (tmp_path / "out" / "rows.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["c101", "r101"]
@@ -132,7 +132,7 @@ def test_decoding_budget_is_explicit_and_greedy_defaults_to_one_rollout(
     assert _eval(checkpoint, "synthetic-cvrptw-5", out, "--count", "2", "--decode", "greedy") == 0
     printed = capsys.readouterr().out
     assert "decoding 2 instances: greedy z=1 x1, 1 rollouts per instance" in printed
-    assert "| LINC greedy z=1 x1 |" in printed
+    assert "| Full LINC greedy z=1 x1 |" in printed
     decode = _strict_json(out / "summary.json")["decode"]
     assert (decode["method"], decode["num_z"], decode["augment"]) == ("greedy", 1, 1)
     assert _eval(checkpoint, "synthetic-cvrptw-5", out, "--count", "1", "--z", "3") == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -45,3 +47,42 @@ def test_a_folder_bks_csv_gives_the_best_known_costs(data_dir, tmp_path):
     (tmp_path / "bks.csv").write_text("instance,vehicles\nC101,10\n")
     with pytest.raises(ValueError, match="bks.csv"):
         load_benchmark(str(tmp_path))
+
+
+def test_a_folder_of_cvrplib_files_is_a_set(data_dir, tmp_path):
+    """A subset of X copied into a folder: its .vrp files read, its bks.csv matched, the .sol
+    files and a note skipped and listed."""
+    folder = tmp_path / "x-small"
+    folder.mkdir()
+    for name in ("X-n101-k25", "X-n106-k14"):
+        for suffix in (".vrp", ".sol"):
+            shutil.copy(data_dir / "cvrplib_x" / f"{name}{suffix}", folder / f"{name}{suffix}")
+    shutil.copy(data_dir / "cvrplib_x" / "bks.csv", folder / "bks.csv")
+    (folder / "notes.md").write_text("where these came from\n")
+    loaded = load_benchmark(str(folder))
+    assert [i.names[0] for i in loaded.instances] == ["X-n101-k25", "X-n106-k14"]
+    assert {i.problem for i in loaded.instances} == {"cvrp"}
+    assert loaded.convention == "cvrplib"
+    assert loaded.bks == {"X-n101-k25": 27591.0, "X-n106-k14": 26362.0}
+    assert [name for name, _ in loaded.skipped] == [
+        "X-n101-k25.sol",
+        "X-n106-k14.sol",
+        "notes.md",
+    ]
+
+
+def test_a_folder_of_two_formats_is_refused_naming_them(data_dir, tmp_path):
+    shutil.copy(data_dir / "cvrplib_x" / "X-n101-k25.vrp", tmp_path / "X-n101-k25.vrp")
+    shutil.copy(data_dir / "tsplib" / "eil51.tsp", tmp_path / "eil51.tsp")
+    with pytest.raises(ValueError, match=r"several formats \(1 cvrplib, 1 tsplib\)"):
+        load_benchmark(str(tmp_path))
+
+
+def test_max_customers_keeps_the_smaller_instances(data_dir):
+    loaded = load_benchmark("cvrplib_x", limit=12, max_customers=150)
+    sizes = [i.num_customers for i in loaded.instances]
+    assert sizes and max(sizes) <= 150
+    larger = [name for name, why in loaded.skipped if "more than 150" in why]
+    everything = load_benchmark("cvrplib_x", limit=12)
+    assert len(loaded.instances) + len(larger) == len(everything.instances)
+    assert larger  # the first 12 files include instances over 150 customers
