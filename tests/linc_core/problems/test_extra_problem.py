@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from examples.route_limit import LIMIT, NAME, ROUTE_LIMIT
 from linc_core import DecodeConfig, GeneratedData, LincPolicy, decode, fit, verify_instance
 from linc_core.config import ModelConfig
 from linc_core.evaluate.pyvrp_solver import solve_with_pyvrp
@@ -30,7 +31,6 @@ from linc_core.train.data import generate
 from linc_core.utils.typed import ConfigError, build
 from linc_core.verify import convention_for
 from tests.conftest import tiny_configs
-from examples.route_limit import LIMIT, NAME, ROUTE_LIMIT
 
 CUSTOMERS = 10
 
