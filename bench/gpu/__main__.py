@@ -20,15 +20,15 @@ from pathlib import Path
 
 import torch
 
-from bench.gpu import correctness, precision, sync, throughput
+from bench.gpu import compiled, correctness, precision, sync, throughput
 from bench.gpu.rows import FAIL, CheckContext, Row
 
 SECTIONS: dict[str, Callable[[CheckContext], list[Row]]] = {
     "correctness": correctness.run,
     "precision": precision.run,
     "sync": sync.run,
-    "throughput": lambda ctx: throughput.run(ctx, compile_step=False),
-    "compile": lambda ctx: [r for r in throughput.run(ctx) if "compile" in r.name],
+    "throughput": throughput.run,
+    "compile": compiled.run,
 }
 DEFAULT_SECTIONS = "correctness,precision,sync,throughput,compile"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "results" / "gpu.json"

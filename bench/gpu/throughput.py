@@ -12,27 +12,23 @@ are seeded, not trained (speed and memory do not depend on them).
 - peak GPU memory of the same decode of one 200-customer instance (the envelope generator's:
   Homberger-200 files are not shipped);
 - the epoch time of the paper's training settings (n=100, 6400 instances, B=128, K=128): one
-  ``fit`` epoch, data generation included;
-- ``torch.compile`` of the decoding step (the chooser's scoring and the environment's step)
-  against eager, on 8 Solomon instances at z=800 x8.
+  ``fit`` epoch, data generation included.
+
+The compiled decoding step has its own section (``bench.gpu.compiled``), run in CPU mode too.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from bench.gpu.rows import (
-    FAIL,
     INFO,
-    PASS,
     CheckContext,
     Row,
     not_run,
     peak_memory,
-    relative_difference,
     seeded_policy,
     solomon,
     timed,
@@ -40,8 +36,6 @@ from bench.gpu.rows import (
 )
 from linc_core.config import ModelConfig
 from linc_core.decoding import DecodeConfig, decode
-from linc_core.model.decisions import PolicyChooser
-from linc_core.problems.cvrptw import CVRPTWEnv
 from linc_core.train import GeneratedData, fit, train_step
 from linc_core.train.data import generate
 from linc_core.train.precision import resolve_precision
@@ -161,45 +155,14 @@ def _epoch_row(ctx: CheckContext) -> Row:
     )
 
 
-def _compile_row(ctx: CheckContext) -> Row:
-    """Eager against ``torch.compile`` of the decoding step (scoring and environment step)."""
-    model, _ = variant_setup("full_linc", small=False)
-    policy = seeded_policy(model).to(ctx.device)
-    instances = solomon(("C101", "C201", "R101", "R201", "RC101", "RC201", "R102", "C102"))
-    config = DecodeConfig(method="sampling", num_z=800, augment=8)
-    eager_seconds, eager = timed(ctx.device, lambda: decode(policy, instances, config))
-    originals = (PolicyChooser.evaluate, CVRPTWEnv.step)
-    try:
-        PolicyChooser.evaluate = torch.compile(originals[0], dynamic=False)
-        CVRPTWEnv.step = torch.compile(originals[1], dynamic=False)
-        began = time.perf_counter()
-        decode(policy, instances, config)  # compiles (each chunk shape once)
-        compile_seconds = time.perf_counter() - began
-        seconds, compiled = timed(ctx.device, lambda: decode(policy, instances, config))
-    except Exception as err:  # noqa: BLE001 - a compiler failure is a finding, not a crash
-        return Row(SECTION, "torch.compile decode step", status=FAIL, detail=repr(err)[:300])
-    finally:
-        PolicyChooser.evaluate, CVRPTWEnv.step = originals
-    same = relative_difference(compiled.cost, eager.cost)
-    return Row(
-        SECTION,
-        "torch.compile decode step vs eager (8 Solomon-100, z=800 x8)",
-        eager_seconds / seconds,
-        "x eager",
-        PASS if same <= 1e-3 else INFO,
-        f"eager {eager_seconds:.2f} s, compiled {seconds:.2f} s (first call with compilation "
-        f"{compile_seconds:.0f} s); best-cost rel difference {same:.1e}",
-    )
-
-
-def run(ctx: CheckContext, compile_step: bool = True) -> list[Row]:
+def run(ctx: CheckContext) -> list[Row]:
     if not ctx.has_cuda:
         return [
             not_run(SECTION, f"train samples/s n={CUSTOMERS} (full_linc, baseline, rl4co)"),
             not_run(SECTION, "decode sampling z=800 x8, 56 Solomon-100"),
             not_run(SECTION, "decode z=800 x8, one 200-customer instance: peak GPU memory"),
             not_run(SECTION, "epoch, paper's training settings"),
-        ] + ([not_run(SECTION, "torch.compile decode step vs eager")] if compile_step else [])
+        ]
     steps = 4 if ctx.quick else 7
     rows = [
         _train_rate(variant, precision, ctx, steps)
@@ -210,8 +173,6 @@ def run(ctx: CheckContext, compile_step: bool = True) -> list[Row]:
     rows.extend(_decode_rows(ctx))
     if not ctx.quick:
         rows.append(_epoch_row(ctx))
-    if compile_step:
-        rows.append(_compile_row(ctx))
     return rows
 
 

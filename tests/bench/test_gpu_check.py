@@ -32,6 +32,11 @@ def test_the_gpu_check_runs_in_cpu_mode(tmp_path: Path, data_dir: Path) -> None:
     bf16 = [r for r in by_section["precision"] if "bf16" in r["name"]]
     assert [r["status"] for r in bf16] == ["pass", "info"]
     assert all(r["status"] == "not run" for r in by_section["sync"] + by_section["throughput"])
+    # the compiled decoding step runs (and passes) on CPU; its CUDA-graphs row needs CUDA
+    compiled = [r for r in rows if r["section"] == "compile"]
+    assert [r["status"] for r in compiled] == ["pass", "not run"]
+    assert compiled[0]["name"].startswith("torch.compile decode step vs eager")
+    assert compiled[1]["detail"] == "CUDA graphs need CUDA"
     assert record["device"] == "cpu" and not any(r["status"] == "FAIL" for r in rows)
     table = done.stdout
     assert "summary: " in table and "not run" in table
