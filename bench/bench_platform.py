@@ -86,7 +86,7 @@ def _direct_seconds(config, folder: Path) -> float:
 def bench_platform(quick: bool = False) -> list[dict]:
     import statistics
 
-    from orchestration.experiment.runner import run_training
+    from orchestration.experiment.sweep import run_training
     from orchestration.ray_session import init_ray
     from orchestration.tracking.store import ensure_experiment
     from orchestration.trial.plan import TrialPlan
@@ -169,14 +169,12 @@ def _sweep_of_identical_trials(config, name: str, trials: int) -> None:
     from ray import tune
 
     from orchestration.config.platform import PlatformConfig
-    from orchestration.experiment.runner import run_experiment
+    from orchestration.experiment.sweep import Sweep
 
     sequential = PlatformConfig.from_mapping(
         config.with_values(**{"cluster.max_concurrent_trials": 1})
     )
     seed = config.run.train.seed
     param_space = sequential.with_values(**{"train.seed": tune.grid_search([seed] * trials)})
-    experiment = run_experiment(sequential, {"name": name, "kind": "bench"}, param_space)
-    experiment.finish(failed=bool(experiment.results.errors))
-    if experiment.results.errors:
-        raise RuntimeError(f"{name}: {experiment.results.errors[0]}")
+    with Sweep(sequential, {"name": name, "kind": "bench"}) as sweep:  # a failed trial: raises
+        sweep.fit(param_space)

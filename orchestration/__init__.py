@@ -5,9 +5,10 @@
 - ``trial``: what runs inside one Tune trial (plan, trainable, data-parallel training, final
   evaluation, checkpoints, preemption, resources);
 - ``tracking``: the one way to MLflow (store, params and metrics, run writer, the tracking
-  target handed down to trials, a sweep's runs);
-- ``experiment``: the driver (the runner of Tune experiments, ablation, search, stopping,
-  schedulers, pre-flight, memory kills, console);
+  target handed down to trials, a sweep's runs: ``SweepRuns``);
+- ``experiment``: the driver (``Sweep``, the sweep's folder, Tune's sealed state, pre-flight,
+  stopping, console, the pinned Ray's workarounds; ablation and search as its callers);
+- ``failures``: how a sweep ends unfinished, one family of one-line errors with exit codes;
 - ``report``: statistics, the ablation report, tables and figures from MLflow;
 - ``ray_session``: the one way linc gets a Ray.
 

@@ -24,19 +24,6 @@ def prefer_loopback() -> None:
         os.environ.setdefault(LOOPBACK_SWITCH, "0")
 
 
-def _bind_loopback_even_if_imported_before() -> None:
-    """A workaround of Ray 2.60: it reads the loopback switch into a module constant at its
-    first import, so a process that imported ``ray`` before :func:`prefer_loopback` (a
-    notebook, a script) would start a local Ray listening on every interface. Ray reads the
-    constant at call time (``ray._private.services.get_node_ip_address``): set it for this
-    start, and the switch in the environment for the processes Ray starts (raylet, GCS,
-    dashboard agent, workers), which import ``ray`` afresh."""
-    from ray._private import ray_constants
-
-    os.environ[LOOPBACK_SWITCH] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-
-
 def init_ray(
     address: str | None = None,
     num_cpus: int | None = None,
@@ -71,7 +58,15 @@ def init_ray(
     if address and address != "local":
         ray.init(address=address, **options)
     else:
-        _bind_loopback_even_if_imported_before()
+        from orchestration.experiment.ray_compat import (
+            bind_loopback_even_if_imported_before,
+            quiet_token_auth_notice,
+        )
+
+        bind_loopback_even_if_imported_before(
+            LOOPBACK_SWITCH
+        )  # a process that imported ray before linc
+        quiet_token_auth_notice()
         # address="local": a new Ray of this process (another program's `ray start` head
         # would otherwise be joined through its address file)
         ray.init(

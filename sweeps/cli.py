@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from linc_core.utils.typed import ConfigError, did_you_mean
 from orchestration.data.storage import StorageUnavailableError
-from orchestration.experiment.stopping import SweepStopped
+from orchestration.failures import SweepError
 from orchestration.ray_session import prefer_loopback
 from sweeps.compose import compose_mapping, load_platform_config, sweep_pointer
 
@@ -122,11 +122,12 @@ def run_cli(
     """Shared ``main`` of the entry points: Hydra overrides in, ``action(load(overrides))`` out.
 
     ``-h/--help`` prints ``doc`` (what the command runs, examples) with the config groups, keys
-    and flags; ``--cfg job|plan`` prints the config instead of running. Config errors, and storage
-    or servers the pre-flight finds unusable, exit 2 with a one-line message naming the key and
-    the value (and the closest known ones); a sweep stopped before its end (a signal: 143, trials
-    no node could place: 1) says so on one line. Every message, log record, warning and any
-    other error's traceback (exit 1) has its secrets masked (:mod:`linc_core.utils.secrets`).
+    and flags; ``--cfg job|plan`` prints the config instead of running. Config errors exit 2
+    with a one-line message naming the key and the value (and the closest known ones); a sweep
+    that did not finish ends in its one line and exit code (:mod:`orchestration.failures`:
+    refused before anything ran, 2; stopped by a signal, 143; trials failed or storage gone,
+    1). Every message, log record, warning and any other error's traceback (exit 1: a bug) has
+    its secrets masked (:mod:`linc_core.utils.secrets`).
     """
     import traceback
 
@@ -154,13 +155,13 @@ def run_cli(
     learn_secrets(getattr(config, "raw", None) or getattr(config, "__dict__", {}))
     try:
         return action(config)
-    except ConfigError as err:  # pre-flight: storage, data or tracking store unusable
-        print(redact(f"{entry}: {err}"), file=sys.stderr)
-        return 2
-    except SweepStopped as err:  # a signal, or trials no node could place: re-run to resume
+    except SweepError as err:  # a sweep that did not finish, in one line
         print(redact(f"{entry}: {err}"), file=sys.stderr)
         return err.exit_code
-    except StorageUnavailableError as err:  # full, gone, refusing: finished work is kept
+    except ConfigError as err:  # a command's own setting that cannot be used
+        print(redact(f"{entry}: {err}"), file=sys.stderr)
+        return 2
+    except StorageUnavailableError as err:  # linc-generate: finished shards are kept
         message = f"{entry}: {err}; re-run the same command once it is mended"
         print(redact(message), file=sys.stderr)
         return 1

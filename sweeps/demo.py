@@ -26,12 +26,12 @@ def demo(config) -> int:
     from orchestration.data.definition import DatagenConfig
     from orchestration.data.generation import generate_dataset
     from orchestration.experiment.ablation import run_ablation
-    from orchestration.experiment.console import init_sweep_ray
+    from orchestration.experiment.sweep import start_ray
 
     started = time.perf_counter()
     task = config.run.data
     uri = task.uri or str(Path("data").resolve() / f"demo-{task.problem}{task.num_customers}-train")
-    init_sweep_ray(config)
+    start_ray(config)
     datagen = build(
         DatagenConfig,
         DEMO_DATA

@@ -25,9 +25,10 @@ from sweeps.cli import print_mlflow_ui, run_cli
 def hpo(config) -> int:
     from orchestration.experiment.search import run_search
 
-    result, best = run_search(config)
+    result = run_search(config)
     print(f"\n{result.table}")
-    print(f"\nbest: {json.dumps(best)}")
+    if isinstance(result.best, dict):  # a Pareto front: the summary line above lists it
+        print(f"\nbest: {json.dumps(result.best)}")
     if result.study is not None:
         name, storage = result.study
         print(f"Optuna study {name!r}: optuna.load_study(study_name={name!r}, storage={storage!r})")

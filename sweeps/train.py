@@ -15,7 +15,7 @@ from sweeps.cli import print_mlflow_ui, run_cli
 
 
 def train(config) -> int:
-    from orchestration.experiment.runner import run_training
+    from orchestration.experiment.sweep import run_training
 
     result = run_training(config)
     row = result.rows[0]

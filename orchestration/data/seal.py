@@ -17,7 +17,8 @@ line. The key is never written to storage nor logged: it is learnt as a secret
 another host is resumed there with ``LINC_STATE_KEY`` set to the key (the file's text) of the
 host that wrote it.
 
-A :class:`Seal` (a JSON file beside the copies it vouches for) maps each file name to its
+A :class:`Seal` (a JSON file beside the copies it vouches for, kept by
+:class:`~orchestration.experiment.tune_state.StateKeeper`) maps each file name to its
 newest :data:`KEPT_DIGESTS` digests; its ``key_id`` tells a key (an HMAC of a constant, which
 reveals nothing of the key) so that a seal made with another key is named as such.
 """
@@ -33,13 +34,10 @@ import re
 import secrets
 import stat
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-import pyarrow.fs as pafs
-
-from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import learn_secrets
-from linc_core.utils.typed import ConfigError
+from orchestration.failures import SweepRefused
 
 KEY_VARIABLE = "LINC_STATE_KEY"
 KEEP_FOLDER = ".linc-intact"  # in a sweep's folder: the seal and the copies it vouches for
@@ -52,10 +50,6 @@ KEPT_DIGESTS = 4
 _HEX_KEY = re.compile(r"(?:[0-9a-fA-F]{2}){16,}")
 
 
-class SealKeyError(ConfigError):
-    """The key that seals a sweep's state cannot be had safely (one line: what to do)."""
-
-
 def key_file() -> Path:
     """The per-user key file: ``~/.config/linc/state.key``."""
     return Path.home() / ".config" / "linc" / "state.key"
@@ -65,7 +59,7 @@ def state_key() -> bytes:
     """This user's sealing key: ``$LINC_STATE_KEY``, else the key file (made on first use).
 
     Raises:
-        SealKeyError: the variable is too short, or the key file is readable or writable by
+        SweepRefused: the variable is too short, or the key file is readable or writable by
             others, owned by another user, unreadable, or cannot be made.
     """
     given = os.environ.get(KEY_VARIABLE)
@@ -116,13 +110,10 @@ class Seal:
         return json.dumps({"version": 1, "key_id": self.key_id, "files": self.files}).encode()
 
 
-def read_seal(filesystem: pafs.FileSystem, path: str) -> Seal | None:
-    """The seal at ``path``; None when there is none. One that does not parse as a seal (cut
+def parse_seal(content: bytes | None) -> Seal | None:
+    """The seal in ``content``; None when there is none. One that does not parse as a seal (cut
     short, or not one) is an empty seal of no key: every file then fails to verify."""
-    try:
-        with filesystem.open_input_stream(path) as stream:
-            content = stream.read()
-    except FileNotFoundError:
+    if content is None:
         return None
     try:
         values = json.loads(content)
@@ -136,62 +127,11 @@ def read_seal(filesystem: pafs.FileSystem, path: str) -> Seal | None:
         return Seal("unreadable")
 
 
-def write_seal(filesystem: pafs.FileSystem, path: str, seal: Seal) -> None:
-    """Write ``seal`` to ``path`` atomically (a reader sees the old seal or the new one)."""
-    write_atomic(path, seal.to_json(), filesystem=filesystem)
-
-
-class StateKeeper:
-    """The seal and the intact copies of one sweep's folder ``folder`` on ``filesystem``."""
-
-    def __init__(self, filesystem: pafs.FileSystem, folder: str):
-        self.filesystem = filesystem
-        self.folder = folder.rstrip("/")
-        self.label = PurePosixPath(self.folder).name  # a moved sweep keeps its folder's name
-        self._seal: Seal | None = None
-        self._copied: dict[str, str] = {}  # name -> the digest of the copy this keeper wrote
-
-    def path(self, name: str) -> str:
-        return f"{self.folder}/{KEEP_FOLDER}/{name}"
-
-    def read_seal(self) -> Seal | None:
-        return read_seal(self.filesystem, self.path(SEAL_FILE))
-
-    def keep(self, files: dict[str, bytes]) -> list[str]:
-        """Seal each of ``files`` (name -> the bytes the driver wrote) and keep its copy; the
-        names newly sealed. The seal first: a copy is then always one the seal accepts (and a
-        copy that failed is written the next time).
-
-        Raises:
-            OSError: storage refused a write (the seal on storage is then as it was).
-        """
-        key = state_key()
-        if self._seal is None or self._seal.key_id != key_id(key):
-            found = self.read_seal()  # digests made with another key are of no use here
-            self._seal = found if found and found.key_id == key_id(key) else Seal(key_id(key))
-        seal = self._seal
-        added = [
-            name for name, content in files.items() if seal.add(key, self.label, name, content)
-        ]
-        if added:
-            try:
-                write_seal(self.filesystem, self.path(SEAL_FILE), seal)
-            except OSError:
-                self._seal = None  # read again next time: storage has the previous seal
-                raise
-        for name, content in files.items():
-            digest = seal_digest(key, self.label, content)
-            if self._copied.get(name) != digest:
-                write_atomic(self.path(name), content, filesystem=self.filesystem)
-                self._copied[name] = digest
-        return added
-
-
 def _parse_key(text: str, source: str) -> bytes:
     text = text.strip()
     key = bytes.fromhex(text) if _HEX_KEY.fullmatch(text) else text.encode()
     if len(key) < MIN_KEY_BYTES:
-        raise SealKeyError(
+        raise SweepRefused(
             f"{source}: the key that seals Tune's state is {len(key)} bytes; give at least "
             f"{MIN_KEY_BYTES} (e.g. the text of another host's ~/.config/linc/state.key)"
         )
@@ -203,20 +143,20 @@ def _read_key_file(path: Path) -> str:
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as err:
-        raise SealKeyError(
+        raise SweepRefused(
             f"{path}: cannot read the key that seals Tune's state ({err.strerror}); fix it or "
             f"set {KEY_VARIABLE}"
         ) from None
     with os.fdopen(descriptor, "r") as handle:
         info = os.fstat(handle.fileno())
         if info.st_uid != os.getuid():
-            raise SealKeyError(
+            raise SweepRefused(
                 f"{path}: the key that seals Tune's state belongs to user id {info.st_uid}, not "
                 f"{os.getuid()}; delete it (a new one is made) or set {KEY_VARIABLE}"
             )
         if info.st_mode & 0o077:
             mode = stat.S_IMODE(info.st_mode)
-            raise SealKeyError(
+            raise SweepRefused(
                 f"{path}: the key that seals Tune's state is open to others (mode {mode:04o}): "
                 f"anyone who reads it can forge a sweep's state; run chmod 600 {path} (and "
                 "delete it, a new one is made, if others may have read it)"
@@ -237,7 +177,7 @@ def _create_key_file(path: Path) -> None:
         with contextlib.suppress(FileExistsError):  # another process made one meanwhile: its
             os.link(temporary, path)
     except OSError as err:
-        raise SealKeyError(
+        raise SweepRefused(
             f"{path}: cannot make the key that seals Tune's state ({err.strerror}); set "
             f"{KEY_VARIABLE} to a key of at least {MIN_KEY_BYTES} bytes"
         ) from None
@@ -249,16 +189,13 @@ def _create_key_file(path: Path) -> None:
 __all__ = [
     "KEEP_FOLDER",
     "SEAL_FILE",
-    "StateKeeper",
     "KEPT_DIGESTS",
     "KEY_VARIABLE",
     "MIN_KEY_BYTES",
     "Seal",
-    "SealKeyError",
     "key_file",
     "key_id",
-    "read_seal",
+    "parse_seal",
     "seal_digest",
     "state_key",
-    "write_seal",
 ]

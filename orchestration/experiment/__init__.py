@@ -1,5 +1,6 @@
-"""The driver side of a sweep: one runner of Tune experiments (``runner``), the ablation
-(``ablation``) and the search (``search``) over it, how a sweep stops (``stopping``), Tune
-schedulers (``schedulers``), pre-flight checks (``preflight``), trials killed for memory
-(``memory_kills``) and what the console shows (``console``).
+"""The driver side of a sweep: its lifecycle in one object (``sweep``: :class:`Sweep`), the
+sweep's folder (``folder``), Tune's sealed state (``tune_state``), pre-flight (``preflight``),
+how a sweep stops (``stopping``), what the console shows (``console``), every workaround of the
+pinned Ray (``ray_compat``), and the ablation (``ablation``) and the search (``search``,
+``study``) as thin callers. ``docs/architecture.md`` follows one sweep through them.
 """

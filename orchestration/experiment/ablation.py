@@ -11,13 +11,18 @@ from ray import tune
 
 from linc_core.metrics import SWEEP_SECONDS
 from orchestration.config.platform import PlatformConfig
-from orchestration.experiment.runner import SweepResult, result_row, run_experiment, sweep_result
+from orchestration.experiment.sweep import Sweep, SweepResult, result_row
 from orchestration.report.ablation import log_ablation_report
 from orchestration.report.tables import ablation_table
 
 
 def run_ablation(config: PlatformConfig) -> SweepResult:
-    """The ablation: every variant x seed as one Tune experiment, then the paper-shaped table."""
+    """The ablation: every variant x seed as one Tune experiment, then the paper-shaped table.
+
+    Raises:
+        SweepError: one line (:mod:`orchestration.failures`), e.g. ``TrialFailed`` when trials
+            failed after their retries (their table is still logged to the parent run).
+    """
     spec = config.ablation
     param_space = config.with_values(
         **{
@@ -26,32 +31,23 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
         }
     )
     started = time.perf_counter()
-    sweep = {"kind": "ablation"} | dataclasses.asdict(spec)
-    experiment = run_experiment(config, sweep, param_space, resume=spec.resume)
-    results, parent = experiment.results, experiment.parent
-    rows = [result_row(r) for r in results]
-    table = ablation_table(rows, compare_to=spec.compare_to)
-    parent.log_text(table, "ablation_table.md")
-    parent.log_text(json.dumps(rows, indent=2), "ablation_rows.json")
-    parent.log_metric(SWEEP_SECONDS, time.perf_counter() - started)
-    failed = bool(results.errors)
-    described = (
-        f"Ablation {spec.name}: {len(spec.variants)} variants x {len(spec.seeds)} seed(s), "
-        f"gaps relative to {spec.compare_to}. The statistics with intervals are in report/.\n\n"
-        f"{table}"
-    )
-    registered = experiment.finish(
-        failed=failed,
-        report=lambda: log_ablation_report(parent, experiment.tracking, spec.compare_to),
-        description=described,
-    )
-    if failed:
-        raise RuntimeError(
-            f"{spec.name}: {len(results.errors)} trial(s) failed; "
-            f"first: {results.errors[0]}\n{table}"
+    with Sweep(
+        config, {"kind": "ablation"} | dataclasses.asdict(spec), resume=spec.resume
+    ) as sweep:
+        rows = [result_row(r) for r in sweep.fit(param_space)]
+        table = ablation_table(rows, compare_to=spec.compare_to)
+        runs = sweep.runs
+        sweep.finish_with(
+            texts={"ablation_table.md": table, "ablation_rows.json": json.dumps(rows, indent=2)},
+            metrics={SWEEP_SECONDS: time.perf_counter() - started},
+            report=lambda: log_ablation_report(runs.parent, runs.tracking, spec.compare_to),
+            description=(
+                f"Ablation {spec.name}: {len(spec.variants)} variants x {len(spec.seeds)} "
+                f"seed(s), gaps relative to {spec.compare_to}. The statistics with intervals "
+                f"are in report/.\n\n{table}"
+            ),
         )
-    result = sweep_result(spec.name, experiment, rows, table)
-    return dataclasses.replace(result, registered=registered)
+    return sweep.result(rows, table)
 
 
 __all__ = ["run_ablation"]

@@ -17,6 +17,7 @@ MLflow's INFO logging is off and :class:`TrialEvents` prints plain lines instead
 Ray's INFO logging (the lines above still print). Off a terminal, Ray's worker-line prefixes
 carry no colour codes whatever the verbosity.
 
+The sweep prints the summary once, at its end (:class:`~orchestration.experiment.sweep.Sweep`).
 Whatever the verbosity, every line is masked (:mod:`linc_core.utils.secrets`): the console's
 handlers filter each log record (:func:`~linc_core.utils.secrets.redact_logging`, again once
 Ray has added its own), warnings and the lines above are masked before they print.
@@ -37,9 +38,9 @@ from ray import tune
 
 from linc_core.metrics import EPOCH, EVAL_COST, EVAL_INFEASIBLE, PROGRESS_METRICS
 from linc_core.utils.secrets import redact, redact_logging
-from orchestration.config.platform import PlatformConfig, trial_label
+from orchestration.config.platform import trial_label
 from orchestration.config.sections import ConsoleSpec
-from orchestration.ray_session import init_ray
+from orchestration.experiment.ray_compat import quiet_tune
 
 # The metrics a progress line shows: the training score and, when measured, validation.
 # Tune's verbose level per console verbosity (0: silent, 2: every result).
@@ -47,116 +48,20 @@ TUNE_VERBOSE = {"quiet": 0, "events": 0, "tune": 2}
 
 
 def prepare_console(spec: ConsoleSpec) -> None:
-    """Process settings for the console, before Ray starts: no colour codes off a terminal,
-    and (unless ``tune``) no INFO chatter from Ray, Tune and MLflow nor a traceback per failed
-    trial attempt (:class:`TrialEvents` names the reason; the trial's ``error.txt`` keeps the
-    traceback)."""
+    """Process settings for the console, before the sweep touches its tracking store or Ray: no
+    colour codes off a terminal, and (unless ``tune``) no INFO chatter from Ray, Tune, MLflow
+    and Optuna nor a traceback per failed trial attempt (:class:`TrialEvents` names the reason;
+    the trial's ``error.txt`` keeps the traceback): :func:`~.ray_compat.quiet_tune`."""
     redact_logging()
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     if spec.verbosity == "tune":
         return
-    # Tune's new output engine prints an experiment box and a TensorBoard hint even when
-    # silent; the legacy engine at verbose 0 prints nothing.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
-    # Tune warns when it snapshots the experiment often: every epoch of a short trial does.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    for name in ("mlflow", "optuna", "ray.tune", "ray.train", "ray.air"):
+    quiet_tune()
+    # MLflow sets its loggers' level when first imported (from this variable, default INFO)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in ("mlflow", "optuna", "alembic", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # A trial retried before its first result reached storage makes Tune's result-file
-    # loggers warn "Remote file not found: .../result.json" (they start the file afresh;
-    # linc's records are in MLflow and the checkpoints): the console's FAILED/restarted lines
-    # already say what happened. Their errors still show.
-    logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
-    controller = logging.getLogger("ray.tune.execution.tune_controller")
-    if not any(isinstance(f, GoneCheckpointFilter) for f in controller.filters):
-        controller.addFilter(GoneCheckpointFilter())
-    for name in ("ray.train._internal.syncer", "ray.tune.execution.experiment_state"):
-        syncer = logging.getLogger(name)
-        if not any(isinstance(f, SyncFailureFilter) for f in syncer.filters):
-            syncer.addFilter(SyncFailureFilter())
-
-
-class SyncFailureFilter(logging.Filter):
-    """Tune's failed copy of its experiment state to storage (a full or unreachable storage):
-    the syncer's "Last sync command failed" warning, the traceback inside its message, and the
-    experiment state's "Saving experiment state to storage ... failed" error, with its
-    traceback, each as one warning line: the error's last line. The next save tries again; a
-    copy cut short is mended on the re-run (:mod:`orchestration.experiment.tune_state`)."""
-
-    PREFIXES = ("Last sync command failed", "Saving experiment state to storage")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message.startswith(self.PREFIXES):
-            if record.exc_info and record.exc_info[1] is not None:
-                error = record.exc_info[1]
-                message += f"\n{type(error).__name__}: {error}"
-                record.exc_info, record.exc_text = None, None
-                record.levelno, record.levelname = logging.WARNING, "WARNING"
-            lines = [line for line in message.splitlines() if line.strip()]
-            record.msg = (
-                "could not copy Tune's experiment state to storage (%s); retried at its next save"
-            )
-            record.args = (lines[-1].strip() if len(lines) > 1 else "no detail",)
-        return True
-
-
-class GoneCheckpointFilter(logging.Filter):
-    """Tune's "Error handling checkpoint" traceback for a checkpoint that is already gone, as one
-    warning line.
-
-    Tune keeps a trial's last two checkpoints (``num_to_keep=2``) by the list in its experiment
-    state and deletes the older one when a new one registers. A driver killed between deleting
-    a checkpoint and its next snapshot of that state leaves a list naming a folder that no longer
-    exists; the re-run's first new checkpoint then deletes it again, and Tune logs a
-    ``FileNotFoundError`` traceback (its list is updated before the deletion: nothing is lost,
-    and the trial restored from its newest intact checkpoint anyway,
-    :mod:`orchestration.trial.checkpoints`). Training faster than Tune snapshots its state
-    (epochs of a fraction of a second) makes that window common.
-    """
-
-    PREFIX = "Trial %s: Error handling checkpoint"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, FileNotFoundError) and str(record.msg).startswith(self.PREFIX):
-            trial = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-            record.msg = (
-                "%s: a checkpoint in Tune's record of this trial is already gone from storage "
-                "(%s), deleted before the last driver stopped; nothing to delete"
-            )
-            # Ray's text is "Path not found: (<pyarrow file system object>, PATH)"
-            record.args = (trial, str(error).rsplit(", ", 1)[-1].rstrip(")"))
-            record.exc_info, record.exc_text = None, None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
-def init_sweep_ray(config: PlatformConfig) -> bool:
-    """:func:`~orchestration.ray_session.init_ray` for ``config``'s cluster, with the console
-    prepared first and Ray's loggers (driver and workers) at the console's level."""
-    prepare_console(config.console)
-    level = "INFO" if config.console.verbosity == "tune" else "WARNING"
-    cluster = config.cluster
-    started = init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
-    redact_logging()  # on the handlers Ray added too
-    if started:
-        keep_aws_keys_out_of_trials()
-    return started
-
-
-def keep_aws_keys_out_of_trials() -> None:
-    """Tune copies the driver's ``AWS_*`` keys into each trial actor's ``runtime_env``, which
-    Ray's agent writes into ``runtime_env_agent.log`` (readable by every user of the node).
-    Once this process has started or joined Ray, no copy is needed: a local Ray's workers
-    inherit this process's environment (their raylet started with it), a cluster's nodes use
-    their own AWS chain (role, ``~/.aws``, their environment)."""
-    from ray.tune.execution import class_cache
-
-    names = class_cache.ENV_VARS_TO_PROPAGATE
-    class_cache.ENV_VARS_TO_PROPAGATE = {name for name in names if not name.startswith("AWS_")}
 
 
 class TrialEvents(tune.Callback):
@@ -168,6 +73,9 @@ class TrialEvents(tune.Callback):
         epochs: epochs each trial trains (for ``epoch i/N`` and the automatic interval).
         label_keys: dotted config keys that tell the trials apart (``model.variant``,
             ``train.seed``; a search's parameters).
+        objective: what the sweep optimises, ``(metric, "min" | "max")`` pairs: the summary
+            names the best trial by it (its Pareto front for several), among the trials that
+            completed (a search's trials its scheduler stopped early are pruned, not ranked).
     """
 
     def __init__(
@@ -176,23 +84,24 @@ class TrialEvents(tune.Callback):
         spec: ConsoleSpec,
         epochs: int,
         label_keys: Sequence[str] = ("model.variant", "train.seed"),
+        objective: Sequence[tuple[str, str]] = ((EVAL_COST, "min"),),
     ) -> None:
         self.name = name
         self.verbosity = spec.verbosity
         self.every = spec.report_every or max(1, round(epochs / 10))
         self.epochs = epochs
         self.label_keys = tuple(label_keys)
-        self._reset()
+        self.objective = tuple(objective)
 
-    def _reset(self) -> None:
         self.started = time.monotonic()
-        self.outcome: dict[str, str] = {}  # trial id -> finished | failed
+        self.begun = False
         self.retries = 0
-        self.best: tuple[float, str] | None = None
+        self.trials: dict[str, Any] = {}  # every trial of the sweep's experiments, by id
 
     # Tune's hooks --------------------------------------------------------------------------
     def setup(self, **info: Any) -> None:
-        self._reset()  # a resumed experiment unpickles this callback: its clock starts now
+        if not self.begun:  # the sweep's first experiment: its clock starts now
+            self.started, self.begun = time.monotonic(), True
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.num_failures:
@@ -216,7 +125,6 @@ class TrialEvents(tune.Callback):
         self._event(trial, f"epoch {epoch}/{self.epochs} {shown}".rstrip())
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.outcome[trial.trial_id] = "finished"
         result = trial.last_result or {}
         epochs = int(result.get(EPOCH, 0))
         parts = []
@@ -224,8 +132,6 @@ class TrialEvents(tune.Callback):
             cost = float(result[EVAL_COST])
             infeasible = result.get(EVAL_INFEASIBLE, 0)
             parts.append(f"eval_cost={cost:.2f} ({infeasible:.0f} infeasible)")
-            if self.best is None or cost < self.best[0]:
-                self.best = (cost, self._label(trial))
         elif epochs < self.epochs:
             parts.append(f"stopped early by the scheduler at epoch {epochs}")
         parts.append(f"{epochs} epochs")
@@ -239,26 +145,45 @@ class TrialEvents(tune.Callback):
         self._event(trial, f"FAILED ({attempt}): {_reason(trial)}", always=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.outcome[trial.trial_id] = "failed"
         where = f"; traceback: {trial.error_file}" if trial.error_file else ""
         attempts = f"after {trial.num_failures} attempts" if trial.num_failures > 1 else "no retry"
         self._event(trial, f"FAILED ({attempts}): {_reason(trial)}{where}", always=True)
 
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.on_experiment_end(trials)
+
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        print(self.summary(trials), flush=True)
+        self.trials.update((trial.trial_id, trial) for trial in trials)  # live: their status
 
     # Lines ---------------------------------------------------------------------------------
-    def summary(self, trials: Sequence[Any]) -> str:
-        """``NAME: N trials: F finished, E failed, R retried, in 6 min 50 s; best eval_cost``."""
+    def summary(self) -> str:
+        """``NAME: N trials: F finished, E failed, R retried, in 6 min 50 s; best eval_cost=V
+        (LABEL)`` over every experiment of the sweep (a search's stages), or the Pareto front's
+        trials, one per line, when the sweep has several objectives."""
+        trials = list(self.trials.values())
         finished = sum(1 for t in trials if t.status == "TERMINATED")
         failed = sum(1 for t in trials if t.status == "ERROR")
         others = len(trials) - finished - failed
         counts = [f"{finished} finished", f"{failed} failed", f"{self.retries} retried"]
         if others:
             counts.append(f"{others} not run")
-        best = f"; best eval_cost={self.best[0]:.2f} ({self.best[1]})" if self.best else ""
         elapsed = _duration(time.monotonic() - self.started)
-        return f"{self.name}: {len(trials)} trials: {', '.join(counts)}, in {elapsed}{best}"
+        line = f"{self.name}: {len(trials)} trials: {', '.join(counts)}, in {elapsed}"
+        front = pareto_front(
+            [(t.last_result or {}, self._label(t)) for t in trials if t.status == "TERMINATED"],
+            self.objective,
+        )
+        if not front:
+            return line
+        if len(self.objective) == 1:
+            (metric, _), (result, label) = self.objective[0], front[0]
+            return f"{line}; best {metric}={result[metric]:.2f} ({label})"
+        said = ", ".join(f"{metric} ({mode})" for metric, mode in self.objective)
+        rows = [
+            f"  {label}: " + " ".join(f"{m}={_shown(result[m])}" for m, _ in self.objective)
+            for result, label in front
+        ]
+        return "\n".join([f"{line}; Pareto front of {said}, {len(front)} trial(s):", *rows])
 
     def notice(self, trial: Any, text: str) -> None:
         """A line about ``trial`` from elsewhere in the driver (printed at every verbosity)."""
@@ -275,9 +200,39 @@ class TrialEvents(tune.Callback):
         print(redact(f"[{stamp}] {self._label(trial)}: {text}"), flush=True)
 
 
-def trial_events(config: PlatformConfig, name: str, label_keys: Sequence[str]) -> TrialEvents:
-    """The console callback of the sweep ``name`` over ``config``'s base trial."""
-    return TrialEvents(name, config.console, config.run.train.epochs, label_keys)
+def pareto_front(
+    candidates: Sequence[tuple[dict[str, Any], Any]], objective: Sequence[tuple[str, str]]
+) -> list[tuple[dict[str, Any], Any]]:
+    """The ``(result, label)`` pairs no other dominates under ``objective`` (``(metric, mode)``
+    pairs), best first by the first metric: those of completed trials (a result with
+    ``completed``) holding every metric as a number. One metric: the single best."""
+    signs = [1.0 if mode == "min" else -1.0 for _, mode in objective]
+
+    def key(result: dict[str, Any]) -> tuple[float, ...]:
+        return tuple(s * float(result[m]) for s, (m, _) in zip(signs, objective, strict=True))
+
+    ranked = sorted(
+        (
+            (result, label)
+            for result, label in candidates
+            if result.get("completed") and all(_number(result.get(m)) for m, _ in objective)
+        ),
+        key=lambda pair: key(pair[0]),
+    )
+    front: list[tuple[dict[str, Any], Any]] = []
+    for result, label in ranked:  # one that dominates another sorts before it
+        mine = key(result)
+        if not any(_dominates(key(other), mine) for other, _ in front):
+            front.append((result, label))
+    return front[:1] if len(objective) == 1 else front
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a != b and all(x <= y for x, y in zip(a, b, strict=True))
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _number(value: Any) -> bool:
@@ -302,12 +257,4 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
-__all__ = [
-    "GoneCheckpointFilter",
-    "TUNE_VERBOSE",
-    "TrialEvents",
-    "init_sweep_ray",
-    "keep_aws_keys_out_of_trials",
-    "prepare_console",
-    "trial_events",
-]
+__all__ = ["TUNE_VERBOSE", "TrialEvents", "pareto_front", "prepare_console"]

@@ -9,8 +9,8 @@ and the place, not after Ray started, a parent run was created and every trial r
   a connection (:func:`check_database`, also of ``search.storage``);
 * ``data.uri`` / ``data.eval_uri``: a data set's manifest readable.
 
-Each failure raises :class:`PreflightError` (a :class:`~linc_core.utils.typed.ConfigError`:
-the entry points print it on one line and exit 2), its URIs and reasons masked
+Each failure raises :class:`~orchestration.failures.SweepRefused` (the entry points print it on
+one line and exit 2), its URIs and reasons masked
 (:func:`linc_core.utils.secrets.redact`: ``postgresql://linc:***@db/mlflow``).
 """
 
@@ -24,18 +24,14 @@ from pathlib import Path
 
 from linc_core.instances.datasets import MANIFEST_NAME
 from linc_core.utils.secrets import redact
-from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig
 from orchestration.data.storage import open_filesystem
+from orchestration.failures import SweepRefused
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import REQUEST_SETTINGS
 
 PROBE_PREFIX = ".linc-preflight-"
 DATABASE_CONNECT_TIMEOUT_S = 10
-
-
-class PreflightError(ConfigError):
-    """A setting whose storage or server cannot be used (names the setting and the place)."""
 
 
 def preflight(config: PlatformConfig) -> TrackingTarget:
@@ -66,7 +62,7 @@ def check_writable(setting: str, location: str) -> None:
         filesystem.delete_file(probe)
     except (OSError, ValueError) as err:
         message = f"{setting}: cannot write to {redact(location)} ({_reason(err)})"
-        raise PreflightError(message) from None
+        raise SweepRefused(message) from None
 
 
 def check_tracking(uri: str) -> None:
@@ -101,11 +97,11 @@ def check_database(setting: str, url: str) -> None:
             engine.dispose()
     except ImportError as err:  # SQLAlchemy's default driver of the scheme is not installed
         message = f"{setting}: no database driver for {redact(url)} ({err}); name an installed one"
-        raise PreflightError(f"{message} (postgresql+psycopg2://...)") from None
+        raise SweepRefused(f"{message} (postgresql+psycopg2://...)") from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as err:
         cause = getattr(err, "orig", None) or err  # the driver's words, not SQLAlchemy's frame
         message = f"{setting}: the database {redact(url)} does not answer ({_reason(cause)})"
-        raise PreflightError(message) from None
+        raise SweepRefused(message) from None
 
 
 def check_readable(setting: str, uri: str) -> None:
@@ -116,7 +112,7 @@ def check_readable(setting: str, uri: str) -> None:
             stream.read(1)
     except (OSError, ValueError) as err:
         message = f"{setting}: cannot read the data set {redact(uri)} ({_reason(err)})"
-        raise PreflightError(message) from None
+        raise SweepRefused(message) from None
 
 
 def _check_sqlite(uri: str) -> None:
@@ -132,7 +128,7 @@ def _check_sqlite(uri: str) -> None:
         finally:
             connection.close()
     except sqlite3.Error as err:
-        raise PreflightError(f"tracking.uri: cannot write to {path} ({_reason(err)})") from None
+        raise SweepRefused(f"tracking.uri: cannot write to {path} ({_reason(err)})") from None
 
 
 def _check_server(uri: str) -> None:
@@ -145,7 +141,7 @@ def _check_server(uri: str) -> None:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except (MlflowException, OSError) as err:
         message = f"tracking.uri: the store {redact(uri)} does not answer ({_reason(err)})"
-        raise PreflightError(message) from None
+        raise SweepRefused(message) from None
 
 
 def _reason(err: BaseException) -> str:
@@ -157,7 +153,6 @@ def _reason(err: BaseException) -> str:
 
 
 __all__ = [
-    "PreflightError",
     "check_database",
     "check_readable",
     "check_tracking",

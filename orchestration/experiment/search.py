@@ -23,23 +23,18 @@ from ray import tune
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_params
 from orchestration.config.sections import SearchSpec
-from orchestration.experiment.preflight import check_database, preflight
-from orchestration.experiment.runner import (
-    Experiment,
-    SweepResult,
-    experiment_exists,
-    result_row,
-    run_experiment,
-    sweep_result,
-)
-from orchestration.experiment.schedulers import SweepASHAScheduler, SweepFIFOScheduler
+from orchestration.experiment.preflight import check_database
+from orchestration.experiment.ray_compat import SweepASHAScheduler, SweepFIFOScheduler
 from orchestration.experiment.study import (
     finished_trials,
     open_study,
     searcher,
     study_storage_url,
 )
+from orchestration.experiment.sweep import Sweep, SweepResult, result_row
+from orchestration.failures import SweepRefused
 from orchestration.report.study import pareto_table, study_figures, study_table
+from orchestration.tracking.writer import RunWriter
 
 
 def search_space(spec: SearchSpec) -> dict[str, Any]:
@@ -89,70 +84,69 @@ def _tune_config(
     )
 
 
-def run_search(config: PlatformConfig) -> tuple[SweepResult, dict[str, Any]]:
+def run_search(config: PlatformConfig) -> SweepResult:
     """Run (or continue) the search: its stages, then the study's best values (single
-    objective) or Pareto front, logged to the parent run. Returns the result and the best
-    trial's values with its objective (the first trial of the front when multi-objective)."""
+    objective) or Pareto front, logged to the parent run. The result's ``best``: the best
+    trial's values with its objective, or the front (a list of them) when multi-objective."""
     spec = config.search
     if spec is None:
-        raise ValueError("search: no search section in the config (use search=default)")
-    tracking = preflight(config)  # resolved once, for every stage
-    url = study_storage_url(spec, tracking.uri, config.cluster.storage_path())
-    check_database("search.storage", url)
-    study = open_study(spec, url, quiet=config.console.verbosity != "tune")
-    param_space = config.with_values(**search_space(spec))
-    sweep = {"kind": "search"} | dataclasses.asdict(spec)
-    rows: list[dict[str, Any]] = []
-    experiment: Experiment | None = None
-    for index, stage in enumerate(stage_names(spec)):
-        exists = experiment_exists(config, stage)
-        missing = spec.num_samples - finished_trials(study)
-        if not exists and missing <= 0:
-            break
-        if experiment is not None:
-            experiment.finish(failed=False, register=False)  # the stage before: settled first
-        experiment = run_experiment(
-            config,
-            sweep,
-            param_space,
-            tune_config=_tune_config(config, spec, url, max(missing, 1), index),
-            label_keys=tuple(spec.space),
-            tracking=tracking,
-            experiment_name=stage,
-        )
-        rows += [result_row(r, tuple(spec.space)) for r in experiment.results]
-    assert experiment is not None  # the first stage always runs
-    best = _log_study(experiment, study, spec, url)
-    described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
-    registered = experiment.finish(failed=False, description=described)
-    result = sweep_result(spec.name, experiment, rows, study_table(study, spec))
+        raise SweepRefused("search: no search section in the config (use search=default)")
+    storage = config.cluster.storage_path()
+    url = ""
+
+    def check_study_store(tracking) -> None:  # before the lease: nothing of the sweep yet
+        nonlocal url
+        url = study_storage_url(spec, tracking.uri, storage)
+        check_database("search.storage", url)
+
+    sweep_info = {"kind": "search"} | dataclasses.asdict(spec)
+    objective = tuple(zip(spec.metrics, spec.modes, strict=True))
+    keys = tuple(spec.space)
+    with Sweep(
+        config, sweep_info, label_keys=keys, objective=objective, checks=check_study_store,
+        trials_must_finish=False,
+    ) as sweep:  # fmt: skip
+        study = open_study(spec, url, quiet=config.console.verbosity != "tune")
+        param_space = config.with_values(**search_space(spec))
+        rows: list[dict[str, Any]] = []
+        for index, stage in enumerate(stage_names(spec)):
+            missing = spec.num_samples - finished_trials(study)
+            if not sweep.has_experiment(stage) and missing <= 0:
+                break
+            tuned = _tune_config(config, spec, url, max(missing, 1), index)
+            rows += [result_row(r, keys) for r in sweep.fit(param_space, tuned, stage)]
+        best = _log_study(sweep.runs.parent, study, spec, url)
+        described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
+        sweep.finish_with(description=described)
     study_at = (spec.name, redact(url))
-    return dataclasses.replace(result, study=study_at, registered=registered), best
+    return sweep.result(rows, study_table(study, spec), study=study_at, best=best)
 
 
-def _log_study(experiment: Experiment, study: Any, spec: SearchSpec, url: str) -> dict[str, Any]:
-    """The study's results on the parent run; the best (or first Pareto) trial's values."""
-    parent = experiment.parent
+def _log_study(parent: RunWriter, study: Any, spec: SearchSpec, url: str) -> Any:
+    """The study's results on the parent run; the best trial's values and objective, or the
+    Pareto front's (a list), None when no trial completed."""
     parent.set_tags({"optuna.study": spec.name, "optuna.storage": redact(url)})
     parent.log_text(study_table(study, spec), "study_trials.md")
     for name, png in study_figures(study, spec).items():
         parent.log_bytes(png, f"study/{name}")
     complete = [t for t in study.get_trials(deepcopy=False) if t.values is not None]
     if not complete:
-        return {}
+        return None
     if spec.multi_objective:
         parent.log_text(pareto_table(study, spec), "pareto_front.md")
-        best = sorted(study.best_trials, key=lambda t: t.values[0])[0]
-    else:
-        best = study.best_trial
-    values = dotted_params(best.params)
+        front = sorted(study.best_trials, key=lambda t: t.values[0])
+        return [_values(t, spec) for t in front]
+    values = dotted_params(study.best_trial.params)
     parent.log_text(json.dumps(values, indent=2), "best_config.json")
-    for key, value in values.items():
-        parent.set_tag(f"best.{key}", str(value))
-    objectives = dict(zip(spec.metrics, best.values, strict=True))
-    for metric, value in objectives.items():
-        parent.log_metric(f"best_{metric}", value)
-    return values | objectives
+    parent.set_tags({f"best.{key}": str(value) for key, value in values.items()})
+    best = _values(study.best_trial, spec)
+    parent.log_metrics({f"best_{metric}": best[metric] for metric in spec.metrics})
+    return best
+
+
+def _values(trial: Any, spec: SearchSpec) -> dict[str, Any]:
+    """A study trial's searched values (as config keys) and its objective values."""
+    return dotted_params(trial.params) | dict(zip(spec.metrics, trial.values, strict=True))
 
 
 __all__ = ["run_search", "search_space", "stage_names"]

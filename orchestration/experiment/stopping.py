@@ -3,10 +3,13 @@
 :func:`stop_sweep_on_signals` turns SIGTERM and SIGINT into Tune's own graceful stop (the
 handler Tune installs for SIGUSR1: trials are stopped, the experiment state is saved) and
 records which signal came, so that the driver marks its runs KILLED and a re-run of the same
-command resumes. A second signal stops at once. :class:`PendingTimeout` stops a sweep whose
+command resumes (:class:`~orchestration.failures.SweepInterrupted`). A second signal stops at
+once. :class:`PendingTimeout` stops a sweep whose
 trials no node could place for ``cluster.pending_timeout_s`` while none runs, naming what
 they waited for, instead of waiting for ever; :class:`StallWatch` ends a trial that stopped
-reporting for ``cluster.stall_timeout_s`` (hung, not dead), so that Tune retries it.
+reporting for ``cluster.stall_timeout_s`` (hung, not dead), so that Tune retries it. Both are
+Tune callbacks, built with the others in one place
+(:meth:`~orchestration.experiment.sweep.Sweep.fit`).
 """
 
 from __future__ import annotations
@@ -25,27 +28,10 @@ import ray
 from ray import tune
 from ray.tune.experiment import Trial
 
+from orchestration.failures import SweepStopped
 from orchestration.trial.resources import GIB
 
 logger = logging.getLogger(__name__)
-
-
-class SweepStopped(RuntimeError):
-    """A sweep that ended before its trials did, its state saved for a re-run; the entry points
-    print the message on one line and exit with ``exit_code``."""
-
-    exit_code = 1
-
-
-class TrialFailed(SweepStopped):
-    """A single-trial sweep (``linc-tune``) whose trial failed after its retries; its newest
-    intact checkpoint is kept for a re-run."""
-
-
-class SweepInterrupted(SweepStopped):
-    """The sweep was stopped by a signal; its state is saved and its runs are marked KILLED."""
-
-    exit_code = 128 + 15  # as a process ended by SIGTERM
 
 
 class SweepStop:
@@ -94,10 +80,6 @@ def stop_sweep_on_signals() -> Iterator[SweepStop]:
             os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = switch
 
 
-class PendingTimeoutError(SweepStopped):
-    """Trials no node could place for ``cluster.pending_timeout_s``, with nothing running."""
-
-
 class PendingTimeout(tune.Callback):
     """Stop the sweep when trials have waited ``timeout_s`` to be placed and none runs.
 
@@ -125,7 +107,7 @@ class PendingTimeout(tune.Callback):
             f"{t.trial_id} needs {_readable(t.placement_group_factory.required_resources)}"
             for t in pending
         )
-        raise PendingTimeoutError(
+        raise SweepStopped(
             f"no trial could be placed for {now - self._stuck_since:.0f} s "
             f"(cluster.pending_timeout_s={self.timeout_s:g}) and none is running: {waiting}"
         )
@@ -188,12 +170,4 @@ def _readable(resources: Mapping[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items() if v not in ("0",)) + "}"
 
 
-__all__ = [
-    "PendingTimeout",
-    "PendingTimeoutError",
-    "StallWatch",
-    "SweepInterrupted",
-    "SweepStop",
-    "SweepStopped",
-    "stop_sweep_on_signals",
-]
+__all__ = ["PendingTimeout", "StallWatch", "SweepStop", "stop_sweep_on_signals"]

@@ -7,18 +7,21 @@ copies it to the sweep's folder every 10 s or more (a copy a full storage can cu
 ``tuner.pkl`` it writes there once, as the sweep begins. ``Tuner.restore`` unpickles them all
 with cloudpickle: whoever can write the storage could put code there. So each is sealed
 (:mod:`orchestration.data.seal`: HMAC-SHA256 under this user's key) from the bytes the driver
-itself wrote, and kept in ``.linc-intact/`` of the sweep's folder (:class:`KeepIntactState`:
-the staged files as Tune saves them, before it uploads them; ``tuner.pkl`` as the sweep starts).
+itself wrote, and kept in ``.linc-intact/`` of the sweep's folder (:class:`StateKeeper`; the
+callback :class:`KeepIntactState` keeps the staged files as Tune saves them, before it uploads
+them, and ``tuner.pkl`` as the sweep starts). Every read and write goes through the sweep's
+:class:`~orchestration.experiment.folder.SweepFolder`, with its retries.
 
 Before a re-run restores, :func:`check_state` verifies each file Tune may read (every
 ``.json``/``.pkl`` at the top of the folder): one its seal accepts is read; one cut short or
 matching no seal is put back from its copy when the seal accepts that (one warning); any other
-stops the re-run in one line, nothing of it read (:class:`UntrustedState`): changed outside
+stops the re-run in one line, nothing of it read (a ``SweepRefused``): changed outside
 this driver, sealed with another key (a moved sweep: set ``LINC_STATE_KEY``), or with no seal
 (written before linc sealed its state: ``cluster.trust_unsealed_state=true`` once accepts and
 seals it). An older state is safe to resume from: each trial restores its own newest intact
 checkpoint, and a state naming checkpoints since deleted is tolerated
-(:mod:`orchestration.trial.checkpoints`). :func:`restore_tuner` is the one restore of a sweep.
+(:mod:`orchestration.experiment.ray_compat`). :func:`restore_tuner` is the one restore of a
+sweep.
 
 A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (read with
 :mod:`pickletools`, which executes nothing).
@@ -32,23 +35,23 @@ import json
 import logging
 import pickletools
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
 from ray import tune
 
-from linc_core.utils.atomic import write_atomic
-from linc_core.utils.typed import ConfigError
 from orchestration.data.seal import (
     KEEP_FOLDER,
     KEY_VARIABLE,
     SEAL_FILE,
     Seal,
-    StateKeeper,
     key_id,
+    parse_seal,
+    seal_digest,
     state_key,
 )
+from orchestration.experiment.folder import SweepFolder
+from orchestration.failures import SweepRefused
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +61,6 @@ TRUST_SETTING = ("cluster", "trust_unsealed_state")
 # empty storage marker, the kept copies) are not Tune's state; Tune reads no other suffix.
 NOT_STATE_PREFIXES = ("linc_", ".")
 STATE_SUFFIXES = (".json", ".pkl")
-
-
-class SweepNotRestored(ConfigError):
-    """A sweep on storage that this driver does not restore; nothing of it ran."""
-
-
-class SweepSettingsChanged(SweepNotRestored):
-    """The sweep on storage was started with other settings keys than this linc's."""
-
-
-class UntrustedState(SweepNotRestored):
-    """A file of Tune's saved state whose seal does not hold: nothing of it was read."""
 
 
 def is_intact(content: bytes) -> bool:
@@ -103,21 +94,55 @@ def without_driver_settings(param_space: dict[str, Any]) -> dict[str, Any]:
     return param_space | {section: {k: v for k, v in param_space[section].items() if k != key}}
 
 
-def _state_files(filesystem: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
-    selector = pafs.FileSelector(folder, allow_not_found=True, recursive=False)
+def _state_files(folder: SweepFolder) -> list[str]:
+    import pyarrow.fs as pafs
+
     return [
-        info
-        for info in filesystem.get_file_info(selector)
+        info.base_name
+        for info in folder.listing()
         if info.type == pafs.FileType.File and is_state_file(info.base_name)
     ]
 
 
-def _read(filesystem: pafs.FileSystem, path: str) -> bytes | None:
-    try:
-        with filesystem.open_input_stream(path) as stream:
-            return stream.read()
-    except FileNotFoundError:
-        return None
+class StateKeeper:
+    """The seal and the intact copies of one sweep's folder (``.linc-intact/`` in it)."""
+
+    def __init__(self, folder: SweepFolder):
+        self.folder = folder
+        self.kept = folder.child(KEEP_FOLDER)
+        self.label = folder.name  # a moved sweep keeps its folder's name
+        self._seal: Seal | None = None
+        self._copied: dict[str, str] = {}  # name -> the digest of the copy this keeper wrote
+
+    def read_seal(self) -> Seal | None:
+        return parse_seal(self.kept.read(SEAL_FILE))
+
+    def keep(self, files: dict[str, bytes]) -> list[str]:
+        """Seal each of ``files`` (name -> the bytes the driver wrote) and keep its copy; the
+        names newly sealed. The seal first: a copy is then always one the seal accepts (and a
+        copy that failed is written the next time).
+
+        Raises:
+            OSError: storage refused a write (the seal on storage is then as it was).
+        """
+        key = state_key()
+        if self._seal is None or self._seal.key_id != key_id(key):
+            found = self.read_seal()  # digests made with another key are of no use here
+            self._seal = found if found and found.key_id == key_id(key) else Seal(key_id(key))
+        seal = self._seal
+        added = [n for n, content in files.items() if seal.add(key, self.label, n, content)]
+        if added:
+            try:
+                self.kept.write(SEAL_FILE, seal.to_json(), retry=False)
+            except OSError:
+                self._seal = None  # read again next time: storage has the previous seal
+                raise
+        for name, content in files.items():
+            digest = seal_digest(key, self.label, content)
+            if self._copied.get(name) != digest:
+                self.kept.write(name, content, retry=False)
+                self._copied[name] = digest
+        return added
 
 
 def keep_intact(
@@ -129,23 +154,27 @@ def keep_intact(
     """Seal and keep each intact state file in ``source`` (a local folder: the driver's own
     staging copy; None: the sweep's folder itself) that changed since ``seen`` (name -> size
     and mtime, updated), but those named in ``skip``; the names newly sealed."""
-    filesystem = keeper.filesystem if source is None else pafs.LocalFileSystem()
+    import pyarrow.fs as pafs
+
+    folder = keeper.folder if source is None else SweepFolder(pafs.LocalFileSystem(), source)
     files, stamps = {}, {}
-    for info in _state_files(filesystem, source or keeper.folder):
-        stamp = (info.size, info.mtime_ns)
-        if seen.get(info.base_name) == stamp or info.base_name in skip:
+    for info in folder.listing():
+        name, stamp = info.base_name, (info.size, info.mtime_ns)
+        if info.type != pafs.FileType.File or not is_state_file(name):
             continue
-        content = _read(filesystem, info.path)
+        if seen.get(name) == stamp or name in skip:
+            continue
+        content = folder.read(name)
         if content is None or not is_intact(content):  # being written, or cut short
             continue
-        files[info.base_name], stamps[info.base_name] = content, stamp
+        files[name], stamps[name] = content, stamp
     added = keeper.keep(files)
     seen.update(stamps)
     return added
 
 
 def check_state(
-    filesystem: pafs.FileSystem, folder: str, restore: bool = True, trust_unsealed: bool = False
+    folder: SweepFolder, restore: bool = True, trust_unsealed: bool = False
 ) -> list[str]:
     """Verify Tune's state files in ``folder`` against their seal before anything reads them
     (``restore`` False, a new sweep: only this user's key); put back from its sealed copy each
@@ -154,54 +183,55 @@ def check_state(
     the names put back.
 
     Raises:
-        UntrustedState: a file neither it nor its copy passes (one line; nothing read).
-        SealKeyError: this user's key cannot be had safely.
+        SweepRefused: a file neither it nor its copy passes (one line; nothing read), or this
+            user's key cannot be had safely.
     """
     key = state_key()
     if not restore:
         return []
-    keeper = StateKeeper(filesystem, folder)
+    keeper = StateKeeper(folder)
     found = keeper.read_seal()
     seal = found or Seal(key_id(key))
     ours = seal.key_id == key_id(key)
     put_back, trusted = [], {}
-    for info in _state_files(filesystem, folder):
-        name, content = info.base_name, _read(filesystem, info.path) or b""
+    for name in _state_files(folder):
+        content = folder.read(name) or b""
         if ours and seal.accepts(key, keeper.label, name, content):
             continue
-        copy = _read(filesystem, keeper.path(name))
+        copy = keeper.kept.read(name)
         if copy is not None and ours and seal.accepts(key, keeper.label, name, copy):
-            _put_back(filesystem, info.path, content, copy, keeper.path(name))
+            _put_back(keeper, name, content, copy)
             put_back.append(name)
         elif trust_unsealed and ours and name not in seal.files:
             if not is_intact(content) and copy is not None and is_intact(copy):
-                _put_back(filesystem, info.path, content, copy, keeper.path(name))
+                _put_back(keeper, name, content, copy)
                 content = copy
             if is_intact(content):
                 trusted[name] = content
         else:
-            raise UntrustedState(_refusal(info.path, content, found, name in seal.files, key))
+            refusal = _refusal(folder.uri(name), content, found, name in seal.files, key)
+            raise SweepRefused(refusal)
     if trusted:
         keeper.keep(trusted)
         logger.warning(
             "Tune's saved state %s had no seal (cluster.trust_unsealed_state): accepted as it "
             "is and sealed now: %s",
-            folder,
+            folder.uri(),
             ", ".join(sorted(trusted)),
         )
     return put_back
 
 
-def _put_back(filesystem: pafs.FileSystem, path: str, content: bytes, copy: bytes, kept: str):
-    write_atomic(path, copy, filesystem=filesystem)
+def _put_back(keeper: StateKeeper, name: str, content: bytes, copy: bytes) -> None:
+    keeper.folder.write(name, copy)
     if is_intact(content):
         what = f"matches none of its seals ({len(content)} bytes; changed outside this driver, "
         what += "or its seal could not be written)"
     else:
         what = f"was damaged (cut short, {len(content)} bytes; the storage filled up while it "
         what += "was written)"
-    told = f"Tune's saved state {path} {what}: put back its last intact copy ({len(copy)} bytes)"
-    logger.warning("%s from %s", told, kept)
+    told = f"Tune's saved state {keeper.folder.uri(name)} {what}: put back its last intact copy"
+    logger.warning("%s (%d bytes) from %s", told, len(copy), keeper.kept.uri(name))
 
 
 def _refusal(path: str, content: bytes, found: Seal | None, name_sealed: bool, key: bytes) -> str:
@@ -230,25 +260,31 @@ class KeepIntactState(tune.Callback):
     """Seals and keeps Tune's state as Tune saves it: ``tuner.pkl`` when a new sweep starts,
     the staged state files in :meth:`get_state` (which Tune calls right after saving them in
     its staging folder and before uploading them) and every ``period_s`` seconds of the
-    driver's loop. A failure to write (the storage full, S3 away) is left for the next time."""
+    driver's loop. A failure to write (the storage full, S3 away) is left for the next time.
 
-    def __init__(self, filesystem: pafs.FileSystem | None, folder: str, period_s: float = 10.0):
+    ``restored``: a restored sweep, made after :func:`check_state`: the state files Tune
+    restores from are checked, not written, by this driver, so one changed since is not
+    vouched for (never sealed), and ``tuner.pkl`` is not sealed again.
+    """
+
+    def __init__(self, folder: SweepFolder, restored: bool = False, period_s: float = 10.0):
         state_key()  # a key that cannot be had safely stops the sweep before it starts
-        self.filesystem = filesystem
-        self.folder = folder
+        self.keeper = StateKeeper(folder)
+        self.downloaded = frozenset(_state_files(folder)) if restored else None
         self.period_s = period_s
-        self.__setstate__({"_restored": False})
+        self._seen: dict[str, Any] = {}
+        self._next = 0.0
+        self._staging: str | None = None
 
     def setup(self, **info: Any) -> None:
-        if self._restored:  # tuner.pkl was checked before the restore; Tune does not rewrite it
+        if self.downloaded is not None:  # tuner.pkl was checked before the restore
             return
-        keeper = self._keeper()
         try:  # written by Tune moments ago, before any trial ran
-            content = _read(keeper.filesystem, f"{keeper.folder}/{TUNER_FILE}")
+            content = self.keeper.folder.read(TUNER_FILE)
             if content is not None and is_intact(content):
-                keeper.keep({TUNER_FILE: content})
-        except (OSError, ConfigError) as err:
-            logger.warning("could not seal %s/%s: %s", self.folder, TUNER_FILE, err)
+                self.keeper.keep({TUNER_FILE: content})
+        except OSError as err:
+            logger.warning("could not seal %s: %s", self.keeper.folder.uri(TUNER_FILE), err)
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         if self._staging is None and trials:
@@ -268,29 +304,15 @@ class KeepIntactState(tune.Callback):
         self.on_step_begin(0, trials)  # a restored sweep that had nothing left to run
         self._keep()
 
-    def _keeper(self) -> StateKeeper:
-        if self._state_keeper is None:
-            filesystem = self.filesystem or pafs.LocalFileSystem()
-            self._state_keeper = StateKeeper(filesystem, self.folder)
-        return self._state_keeper
-
     def _keep(self) -> None:
-        staging = self._staging or _newest_staging(PurePosixPath(self.folder).name)
+        staging = self._staging or _newest_staging(self.keeper.folder.name)
         if staging is None:
             return
         try:
-            keep_intact(self._keeper(), self._seen, staging, skip=self._downloaded)
-        except (OSError, ConfigError) as err:
-            logger.debug("could not keep Tune's state of %s intact this time: %s", self.folder, err)
-
-    def __getstate__(self) -> dict[str, Any]:  # pickled into tuner.pkl: no bookkeeping
-        return {k: self.__dict__[k] for k in ("filesystem", "folder", "period_s")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # unpickled from tuner.pkl (a re-run): a restored sweep, whatever linc version wrote it
-        fresh = {"_seen": {}, "_next": 0.0, "_staging": None, "_state_keeper": None}
-        fresh["_downloaded"] = frozenset()  # what Tune restored from: storage's, not this driver's
-        self.__dict__.update({"_restored": True} | state | fresh)
+            keep_intact(self.keeper, self._seen, staging, skip=self.downloaded or frozenset())
+        except OSError as err:
+            where = self.keeper.folder.uri()
+            logger.debug("could not keep Tune's state of %s intact this time: %s", where, err)
 
 
 def _newest_staging(name: str) -> str | None:
@@ -306,64 +328,37 @@ def _newest_staging(name: str) -> str | None:
     return None if newest is None else str(newest.parent)
 
 
-def restore_tuner(
-    filesystem: pafs.FileSystem | None,
-    experiment_path: str,
-    trainable: Any,
-    param_space: dict[str, Any],
-) -> tune.Tuner:
-    """Tune's restore of the sweep at ``experiment_path`` (on ``filesystem``, None: local),
-    after :func:`check_state`; a sweep whose settings have other keys (begun by another linc
-    version) is a one-line error naming them, not Ray's traceback. The restored sweep's
-    :class:`KeepIntactState` keeps on sealing where the sweep is now."""
-    check_state(filesystem or pafs.LocalFileSystem(), experiment_path)
+def restore_tuner(folder: SweepFolder, trainable: Any, param_space: dict[str, Any]) -> tune.Tuner:
+    """Tune's restore of the sweep in ``folder`` (checked by :func:`check_state` before). A
+    sweep begun by a linc with other settings keys, or whose saved classes this linc no longer
+    has, is a one-line refusal naming what differs, not Ray's traceback."""
     try:
-        tuner = tune.Tuner.restore(
-            experiment_path,
+        return tune.Tuner.restore(
+            folder.path,
             trainable,
             resume_errored=True,
             param_space=param_space,
-            storage_filesystem=filesystem,
+            storage_filesystem=folder.tune_filesystem,
         )
-    except ValueError as err:
-        if "param_space" not in str(err):
+    except (ValueError, ImportError, AttributeError) as err:
+        if isinstance(err, ValueError) and "param_space" not in str(err):
             raise
-        saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
-        differ = ""
-        if saved is not None and ours is not None:
-            new, gone = sorted(ours - saved), sorted(saved - ours)
-            differ = (
-                f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
-            )
-        raise SweepSettingsChanged(
-            f"the sweep in {experiment_path} was started by a linc version with other "
-            f"settings{differ}; finish it with that version (its trial runs' git_commit tag "
-            "names it) or start the sweep afresh under another name"
-        ) from None
-    _keep_sealing(tuner, filesystem, experiment_path)
-    return tuner
+        raise SweepRefused(_other_version(folder, err)) from None
 
 
-def _keep_sealing(tuner: tune.Tuner, filesystem: pafs.FileSystem | None, path: str) -> None:
-    """The restored run's sealing callback points at the sweep's folder as it is now (a moved
-    sweep) and never seals the files Tune downloads from it to restore (checked, not written,
-    by this driver: one changed since is not vouched for); a sweep begun before linc kept its
-    state gets one."""
-    local = getattr(tuner, "_local_tuner", None)  # None: a Ray Client driver
-    if local is None:
-        return
-    run_config = local.get_run_config()
-    callbacks = list(run_config.callbacks or [])
-    keepers = [c for c in callbacks if isinstance(c, KeepIntactState)]
-    if not keepers:
-        keepers = [KeepIntactState(filesystem, path)]
-        keepers[0]._restored = True
-        run_config.callbacks = [*callbacks, *keepers]
-    downloaded = frozenset(
-        i.base_name for i in _state_files(filesystem or pafs.LocalFileSystem(), path)
+def _other_version(folder: SweepFolder, err: Exception) -> str:
+    """The refusal of a sweep that another linc version began."""
+    differ = f" (this linc has no {err.name})" if isinstance(err, ImportError) and err.name else ""
+    saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
+    if saved is not None and ours is not None:
+        new, gone = sorted(ours - saved), sorted(saved - ours)
+        differ = f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
+    what = "settings" if isinstance(err, ValueError) else "code"
+    return (
+        f"the sweep in {folder.uri()} was started by a linc version with other {what}{differ}; "
+        "finish it with that version (its trial runs' git_commit tag names it) or start the "
+        "sweep afresh under another name"
     )
-    for keeper in keepers:
-        keeper.filesystem, keeper.folder, keeper._downloaded = filesystem, path, downloaded
 
 
 def _listed_keys(message: str, label: str) -> set[str] | None:
@@ -382,9 +377,6 @@ __all__ = [
     "SEAL_FILE",
     "KeepIntactState",
     "StateKeeper",
-    "SweepNotRestored",
-    "SweepSettingsChanged",
-    "UntrustedState",
     "check_state",
     "is_intact",
     "is_state_file",

@@ -1,7 +1,8 @@
 """The model registry: a trial's policy logged as an MLflow pyfunc model and registered.
 
 At the end of a sweep with ``tracking.register: NAME`` the best trial (the lowest
-``eval_cost`` among its finished trials) is registered (:func:`register_best`), and
+``eval_cost`` among its finished trials) is registered
+(:meth:`~orchestration.tracking.runs.SweepRuns.register_best`), and
 ``linc-report register --run ID`` registers any trial run (:func:`register_run`). The model is
 :mod:`orchestration.tracking.policy_model` with the trial's final checkpoint as its artifact
 and ``linc_core`` as its code, so that
@@ -25,7 +26,6 @@ logged. Anything else is refused with one :class:`CheckpointError` line, and not
 
 from __future__ import annotations
 
-import logging
 import os
 import posixpath
 import tempfile
@@ -49,8 +49,7 @@ from linc_core.train.checkpoint import (
 from orchestration.data.storage import open_filesystem
 from orchestration.tracking.store import PARENT_RUN_TAG, follow_moved_store
 from orchestration.tracking.target import TrackingTarget
-
-logger = logging.getLogger(__name__)
+from orchestration.tracking.writer import QUIET_RUN_LINKS
 
 MODEL_NAME = "policy"  # the logged model's name under its run
 STORAGE_PARAM = "resources.storage"  # the sweep's Tune storage, on its parent run
@@ -101,6 +100,7 @@ def _store(tracking_uri: str) -> Iterator[None]:
     """MLflow's fluent API pointed at ``tracking_uri`` (its environment variable restored)."""
     import mlflow
 
+    os.environ.update(QUIET_RUN_LINKS)  # its run's end prints no "View run ... at URL"
     before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(tracking_uri)
     try:
@@ -258,39 +258,6 @@ def register_run(
     return version
 
 
-def register_best(
-    tracking: TrackingTarget, parent_run_id: str, name: str, sweep: str
-) -> tuple[str, str] | None:
-    """Register the sweep's best trial (lowest ``eval_cost`` of its FINISHED trial runs with a
-    checkpoint) as ``name``: (trial run id, version), or None when no trial qualifies. A store
-    that fails costs the registration, with a warning, never the sweep."""
-    try:
-        runs = [
-            r
-            for r in tracking.child_runs(parent_run_id)
-            if r.info.status == "FINISHED"
-            and EVAL_COST in r.data.metrics
-            and r.data.tags.get("checkpoint")
-        ]
-        if not runs:
-            return None
-        best = min(runs, key=lambda r: r.data.metrics[EVAL_COST])
-        version = register_run(tracking, best.info.run_id, name, {"chosen": "lowest eval_cost"})
-    except Exception as err:  # noqa: BLE001 - a registry failure must not fail a sweep
-        reason = " ".join(str(err).split())[:500]  # a refused checkpoint names two paths
-        logger.warning(
-            "sweep %s: its best policy was not registered as %s (%s); register it with: "
-            "linc-report register --tracking-uri %s --run RUN_ID --name %s",
-            sweep,
-            name,
-            reason,
-            tracking.shown_uri,
-            name,
-        )
-        return None
-    return best.info.run_id, version
-
-
 def _requirements() -> list[str]:
     """What the model needs besides its code (for a server that builds its own environment)."""
     from importlib.metadata import version
@@ -301,4 +268,4 @@ def _requirements() -> list[str]:
     ]
 
 
-__all__ = ["MODEL_NAME", "checkpoint_in_storage", "register_best", "register_run", "signature"]
+__all__ = ["MODEL_NAME", "checkpoint_in_storage", "register_run", "signature"]

@@ -26,7 +26,7 @@ in a straight line:
    flushed (``tracking.flush_timeout_s``); what the store did not take by then stays in the
    final checkpoint's journal, which the sweep driver replays. A trial that Tune stops at a
    report (its scheduler, or the sweep's stop) leaves its run's status to the driver
-   (:func:`orchestration.tracking.sweep_runs.finish_sweep`).
+   (:meth:`orchestration.tracking.runs.SweepRuns.settle`).
 
 Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 (:mod:`orchestration.trial.data_parallel`).
@@ -61,6 +61,7 @@ from linc_core.utils.runtime import (
 from linc_core.utils.secrets import redact_logging
 from orchestration.config.sections import FaultSpec
 from orchestration.data.storage import is_out_of_space, open_filesystem
+from orchestration.experiment.folder import SweepFolder
 from orchestration.tracking.fit_metrics import MLflowCallback
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
@@ -68,7 +69,6 @@ from orchestration.tracking.writer import RunWriter
 from orchestration.trial.checkpoints import (
     PREEMPTED_PREFIX,
     Restored,
-    TrialStorage,
     next_attempt,
     persist,
     remove_preempted,
@@ -113,7 +113,7 @@ def report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path, epoch: int) ->
     except OSError as err:
         if not is_out_of_space(err):
             raise
-        where = TrialStorage.current().uri()
+        where = SweepFolder.of_trial().uri()
         raise StorageFull(
             errno.ENOSPC,
             f"No space left on device: the checkpoint of epoch {epoch} could not be written to "
@@ -233,7 +233,7 @@ def train_linc(
     work_dir = Path(tempfile.mkdtemp(prefix="linc-trial-"))
     checkpoint_dir = work_dir / "checkpoint"
     checkpoint_dir.mkdir()
-    trial_storage = TrialStorage.current()
+    trial_storage = SweepFolder.of_trial()
     restored = restore_newest_intact(trial_storage, work_dir)
     writer = _start_tracking(plan, restored, data_name, next_attempt(trial_storage), work_dir)
     resume_from, history = None, []
@@ -310,7 +310,7 @@ def train_linc(
 
 
 def _persist_preempted(
-    storage: TrialStorage, checkpoint_dir: Path, writer: RunWriter, global_step: int
+    storage: SweepFolder, checkpoint_dir: Path, writer: RunWriter, global_step: int
 ) -> None:
     writer.save(checkpoint_dir)
     persist(storage, checkpoint_dir, f"{PREEMPTED_PREFIX}{global_step:012d}")

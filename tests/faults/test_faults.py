@@ -22,8 +22,9 @@ from linc_core.model import LincPolicy
 from linc_core.presets import preset_configs
 from linc_core.runs.memory import estimate_run_memory, parameter_count
 from linc_core.train import GeneratedData, fit
-from orchestration.tracking.sweep_runs import finish_sweep, open_parent_run
-from orchestration.trial.checkpoints import TrialStorage, persist, restore_newest_intact
+from orchestration.experiment.folder import SweepFolder
+from orchestration.tracking.runs import SweepRuns
+from orchestration.trial.checkpoints import persist, restore_newest_intact
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.resources import MEMORY_STEP, placement
 from sweeps.compose import load_platform_config
@@ -56,7 +57,7 @@ def test_sigterm_to_a_trial_checkpoints_its_step_and_the_retry_finishes_it(tmp_p
     assert "preempted_" in row.notes[0] or "checkpoint_" in row.notes[0]
 
 
-def trial_checkpoints(tmp_path: Path, epochs: int) -> tuple[TrialStorage, list[str]]:
+def trial_checkpoints(tmp_path: Path, epochs: int) -> tuple[SweepFolder, list[str]]:
     """A trial folder holding one Tune-style checkpoint folder per epoch of a tiny run."""
     model, config = preset_configs(
         "full_linc", "cvrptw", num_rollouts=4, batch_size=2, instances_per_epoch=2, epochs=epochs
@@ -64,7 +65,7 @@ def trial_checkpoints(tmp_path: Path, epochs: int) -> tuple[TrialStorage, list[s
     model = dataclasses.replace(
         model, embedding_dim=16, encoder_layers=1, num_heads=2, ff_hidden_dim=32
     )
-    storage = TrialStorage(pafs.LocalFileSystem(), str(tmp_path / "trial"))
+    storage = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "trial"))
     names = []
     for epoch in range(1, epochs + 1):
         torch.manual_seed(0)
@@ -119,36 +120,39 @@ def test_a_rerun_reopens_its_parent_only_in_its_own_store_and_folder(tmp_path):
     """Same store and folder: the same run. The folder moved with its SQLite store: the same
     run, in the moved store. A copy pointed at the original's store, or a new store: a new run,
     and the recorded one is not touched."""
-    local = pafs.LocalFileSystem()
     sweep = {"name": "sweep", "kind": "ablation"}
 
     def parent(storage: Path, *extra: str):
         config = load_platform_config([*SMOKE, f"cluster.storage={storage}", *extra])
         plan = TrialPlan.from_config(config)
-        params = plan.params(sweep=sweep)
-        parent_run = open_parent_run(
-            plan.tracking, sweep, params, local, str(storage / "sweep"), resume=True
+        folder = SweepFolder(pafs.LocalFileSystem(), str(storage / "sweep"))
+        runs = SweepRuns.open(
+            plan.tracking, sweep, plan.params(sweep=sweep), folder.path, folder.record()
         )
-        return plan, parent_run
+        folder.write_record(runs.record)  # as the sweep does
+        return plan, runs
 
-    plan, first = parent(tmp_path / "runs")
-    first_id = first.run_id
-    finish_sweep(plan.tracking, first, [], stopped=False, failed=False, flush_timeout_s=30)
-    _, again = parent(tmp_path / "runs")
+    plan, first_runs = parent(tmp_path / "runs")
+    first_id = first_runs.parent.run_id
+    first_runs.settle([], status="FINISHED", timeout_s=30)
+    _, again_runs = parent(tmp_path / "runs")
+    again = again_runs.parent
     assert again.run_id == first_id
     assert again.close(30)  # before the folder moves
 
     shutil.move(tmp_path / "runs", tmp_path / "moved")
-    moved_plan, moved = parent(tmp_path / "moved")
+    moved_plan, moved_runs = parent(tmp_path / "moved")
+    moved = moved_runs.parent
     assert moved.run_id == first_id and moved_plan.tracking.uri != plan.tracking.uri
     assert moved.close(30)
 
     shutil.copytree(tmp_path / "moved" / "sweep", tmp_path / "copy" / "sweep")
     shared = f"tracking.uri={moved_plan.tracking.uri}"
-    _, copy = parent(tmp_path / "copy", shared)
+    _, copy_runs = parent(tmp_path / "copy", shared)
+    copy = copy_runs.parent
     assert copy.run_id != first_id
     assert copy.close(30)
-    # re-opened by `moved`, but RUNNING again only once Tune restores the sweep (run_experiment)
+    # re-opened by `moved`, but RUNNING again only once Tune restores the sweep (Sweep.fit)
     assert parent_runs(moved_plan.tracking.uri)[first_id] == "FINISHED"
 
 
@@ -156,14 +160,13 @@ def test_finishing_a_stopped_sweep_leaves_no_run_running(tmp_path):
     config = load_platform_config([*SMOKE, f"cluster.storage={tmp_path}"])
     plan = TrialPlan.from_config(config)
     sweep = {"name": "s"}
-    folder = str(tmp_path / "s")
-    local = pafs.LocalFileSystem()
-    parent = open_parent_run(plan.tracking, sweep, plan.params(sweep=sweep), local, folder, True)
+    runs = SweepRuns.open(plan.tracking, sweep, plan.params(sweep=sweep), str(tmp_path / "s"), None)
+    parent = runs.parent
     client = MlflowClient(tracking_uri=plan.tracking.uri)
     experiment = client.get_experiment_by_name("faults").experiment_id
     tags = {"mlflow.parentRunId": parent.run_id, "variant": "full_linc"}
     trial = client.create_run(experiment, tags=tags)  # a trial whose process was lost
-    finish_sweep(plan.tracking, parent, [], stopped=True, failed=False, flush_timeout_s=30)
+    runs.settle([], status="KILLED", timeout_s=30)
     assert client.get_run(trial.info.run_id).info.status == "KILLED"
     assert client.get_run(parent.run_id).info.status == "KILLED"
 

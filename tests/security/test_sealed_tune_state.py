@@ -201,9 +201,10 @@ def test_the_seal_holds_on_s3(monkeypatch) -> None:
     import pyarrow.fs as pafs
 
     from faults.servers import S3Server
-    from orchestration.data.seal import StateKeeper
     from orchestration.data.storage import open_filesystem
-    from orchestration.experiment.tune_state import UntrustedState, check_state, keep_intact
+    from orchestration.experiment.folder import SweepFolder
+    from orchestration.experiment.tune_state import StateKeeper, check_state, keep_intact
+    from orchestration.failures import SweepRefused
 
     monkeypatch.setenv("LINC_STATE_KEY", OTHER_KEY)  # not the user's key file
     s3 = S3Server().start()
@@ -213,7 +214,7 @@ def test_the_seal_holds_on_s3(monkeypatch) -> None:
         with tempfile.TemporaryDirectory() as staging:
             Path(staging, "tuner.pkl").write_bytes(ray.cloudpickle.dumps({"a": 1}))
             Path(staging, "experiment_state-x.json").write_bytes(b'{"trial_data": []}')
-            keeper = StateKeeper(filesystem, folder)
+            keeper = StateKeeper(SweepFolder(filesystem, folder))
             assert sorted(keep_intact(keeper, {}, source=staging)) == [
                 "experiment_state-x.json",
                 "tuner.pkl",
@@ -221,11 +222,11 @@ def test_the_seal_holds_on_s3(monkeypatch) -> None:
             pafs.copy_files(staging, folder, destination_filesystem=filesystem)  # Tune's upload
         with filesystem.open_output_stream(f"{folder}/tuner.pkl") as out:
             out.write(b"\x80\x05junk")
-        assert check_state(filesystem, folder) == ["tuner.pkl"]
+        assert check_state(keeper.folder) == ["tuner.pkl"]
         for path in (f"{folder}/tuner.pkl", f"{folder}/.linc-intact/tuner.pkl"):
             with filesystem.open_output_stream(path) as out:
                 out.write(ray.cloudpickle.dumps({"a": 2}))
-        with pytest.raises(UntrustedState, match="tuner.pkl was changed outside this driver"):
-            check_state(filesystem, folder)
+        with pytest.raises(SweepRefused, match="tuner.pkl was changed outside this driver"):
+            check_state(keeper.folder)
     finally:
         s3.stop()

@@ -12,8 +12,8 @@ Paths: ``linc-eval --checkpoint`` (a subprocess), ``linc-train --resume/--warm-s
 from its Tune storage (``restore_newest_intact``, what the trainable calls), and
 ``mlflow.pyfunc.load_model`` of a registered model whose checkpoint artifact was replaced after
 registration. Registration itself (``register_run``, ``linc-report register``,
-``register_best``) refuses a checkpoint outside the sweep's storage, one without a manifest and
-a trapped one, and registers nothing.
+``SweepRuns.register_best``) refuses a checkpoint outside the sweep's storage, one without a
+manifest and a trapped one, and registers nothing.
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ from linc_core.commands.train import main as train_main
 from linc_core.model.reference_format import load_reference_checkpoint
 from linc_core.train.checkpoint import CheckpointError, load_checkpoint, manifest_path
 from linc_core.train.loop import policy_from_checkpoint
-from orchestration.tracking.registry import register_best, register_run
+from orchestration.experiment.folder import SweepFolder
+from orchestration.tracking.registry import register_run
+from orchestration.tracking.runs import SweepRuns
 from orchestration.tracking.store import PARENT_RUN_TAG
 from orchestration.tracking.target import TrackingTarget
-from orchestration.trial.checkpoints import TrialStorage, restore_newest_intact
+from orchestration.trial.checkpoints import restore_newest_intact
 from sweeps.report import main as report_main
 from tests.conftest import tiny_checkpoint
 
@@ -158,7 +160,7 @@ def test_a_trial_restoring_from_storage_skips_a_replaced_checkpoint(tmp_path, ca
     (trial / "checkpoint_000001").mkdir(parents=True)
     tiny_checkpoint(trial / "checkpoint_000001" / "latest.pt")
     trap(trial / "checkpoint_000002" / "latest.pt", marker)
-    storage = TrialStorage(pafs.LocalFileSystem(), str(trial))
+    storage = SweepFolder(pafs.LocalFileSystem(), str(trial))
     with caplog.at_level(logging.WARNING, logger="orchestration.trial.checkpoints"):
         restored = restore_newest_intact(storage, tmp_path / "work")
     assert restored.source == f"{trial}/checkpoint_000001"
@@ -254,8 +256,10 @@ def test_registration_refuses_what_it_cannot_trust(
     err = capsys.readouterr().err
     assert err.startswith(f"linc-report: register: {told}") and err.count("\n") == 1
     if case != "no storage":  # the sweep's own end: a warning, nothing registered
-        with caplog.at_level(logging.WARNING, logger="orchestration.tracking.registry"):
-            assert register_best(tracking, parent, name, "sweep") is None
+        runs = SweepRuns(tracking, "sweep", tracking.writer().attach(parent), str(storage))
+        with caplog.at_level(logging.WARNING, logger="orchestration.tracking.runs"):
+            assert runs.register_best(name) is None
+        assert runs.parent.close(30)
         assert f"its best policy was not registered as {name} ({told}" in caplog.text
     assert not client.search_registered_models(f"name = '{name}'") and not marker.exists()
     logged = client.search_logged_models([tracking.experiment_id()])

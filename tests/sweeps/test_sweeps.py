@@ -17,9 +17,9 @@ from linc_core.commands.evaluate import main as eval_main
 from linc_core.presets import PRESETS
 from linc_core.utils.seeding import derive_seed
 from orchestration.experiment.ablation import run_ablation
-from orchestration.experiment.runner import SweepSettingsChanged, run_experiment, run_training
 from orchestration.experiment.search import run_search
-from orchestration.experiment.stopping import TrialFailed
+from orchestration.experiment.sweep import Sweep, run_training
+from orchestration.failures import SweepRefused, TrialFailed
 from orchestration.tracking.store import ensure_experiment
 from orchestration.trial.plan import TrialPlan
 from sweeps.compose import load_platform_config
@@ -231,9 +231,9 @@ def test_a_reused_process_reports_each_trial_its_own_peak_memory(ray_session, tm
 
     config = smoke(tmp_path, "train.epochs=2", "cluster.max_concurrent_trials=1")
     space = config.with_values(**{"fault.memory_spike_gb": tune.grid_search([0.5, None])})
-    experiment = run_experiment(config, {"name": "peaks", "kind": "train"}, space)
-    experiment.finish(failed=bool(experiment.results.errors))
-    trials = sorted(experiment.results, key=lambda r: r.metrics["trial_id"])  # creation order
+    with Sweep(config, {"name": "peaks", "kind": "train"}) as sweep:
+        results = sweep.fit(space)
+    trials = sorted(results, key=lambda r: r.metrics["trial_id"])  # creation order
     spiked, plain = (r.metrics for r in trials)
     assert [r.config["fault"]["memory_spike_gb"] for r in trials] == [0.5, None]
     assert spiked["pid"] == plain["pid"], "the second trial ran in the first one's process"
@@ -251,8 +251,9 @@ def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(
     parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
     assert parent.info.status == "FINISHED"
     newer = dict(config.raw) | {"added_setting": 1}
-    with pytest.raises(SweepSettingsChanged, match=r"only in this version: \['added_setting'\]"):
-        run_experiment(config, {"name": "versions", "kind": "train"}, newer)
+    changed = pytest.raises(SweepRefused, match=r"only in this version: \['added_setting'\]")
+    with changed, Sweep(config, {"name": "versions", "kind": "train"}) as sweep:
+        sweep.fit(newer)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
 
@@ -269,7 +270,8 @@ def test_data_parallel_trial_trains_through_the_same_callbacks(ray_session, tmp_
 
 def test_optuna_search_with_asha_reports_a_best_config(ray_session, tmp_path) -> None:
     config = smoke(tmp_path, "train.epochs=3")
-    result, best = run_search(config)
+    result = run_search(config)
+    best = result.best
     assert len(result.rows) == 4
     assert 1e-5 <= best["train.learning_rate"] <= 1e-3
     client, runs = runs_of(config, "hpo-smoke")

@@ -7,13 +7,10 @@ file (not a terminal), with a fault injected so that each trial fails once and i
 from __future__ import annotations
 
 import io
-import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,25 +20,6 @@ from linc_core.utils.progress import Progress
 from orchestration.config.sections import ConsoleSpec
 from orchestration.experiment.console import TrialEvents
 from sweeps.compose import load_platform_config
-
-
-@contextmanager
-def console_of(logger_name: str) -> Iterator[io.StringIO]:
-    """What ``logger_name`` shows on the console (``LEVEL message``) once linc's console is
-    prepared (its filters installed)."""
-    from orchestration.experiment.console import prepare_console
-
-    logger = logging.getLogger(logger_name)
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    logger.addHandler(handler)
-    try:
-        prepare_console(ConsoleSpec())
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENT = re.compile(r"^\[\d+:\d\d\] (baseline|full_linc) seed=1: ")
@@ -105,7 +83,6 @@ class StandIn:
 
 def _events(capsys, verbosity="events", report_every=0, epochs=20) -> tuple[TrialEvents, list]:
     events = TrialEvents("sweep", ConsoleSpec(verbosity, report_every), epochs)
-    events.setup()
     trial = StandIn("t0", {"model": {"variant": "no_local"}, "train": {"seed": 7}})
     events.on_trial_start(0, [trial], trial)
     for epoch in range(1, epochs):
@@ -117,6 +94,7 @@ def _events(capsys, verbosity="events", report_every=0, epochs=20) -> tuple[Tria
     events.on_trial_result(0, [trial], trial, final)
     trial.last_result, trial.status = final, "TERMINATED"
     events.on_trial_complete(0, [trial], trial)
+    events.on_experiment_end([trial])
     return events, capsys.readouterr().out.splitlines()
 
 
@@ -140,9 +118,8 @@ def test_progress_lines_every_tenth_of_the_epochs_and_a_finished_line(capsys) ->
     assert epochs[0] == "no_local seed=7: epoch 2/20 train_best_cost=98.00 validation_cost=90.00"
     assert epochs[-1] == "no_local seed=7: epoch 20/20 train_best_cost=80.00 validation_cost=90.00"
     assert texts[-1] == "no_local seed=7: finished: eval_cost=80.50 (0 infeasible), 20 epochs, 12 s"
-    trial = StandIn("t0", {"model": {"variant": "no_local"}, "train": {"seed": 7}}, "TERMINATED")
-    assert events.summary([trial]).startswith("sweep: 1 trials: 1 finished, 0 failed, 0 retried")
-    assert events.summary([trial]).endswith("; best eval_cost=80.50 (no_local seed=7)")
+    assert events.summary().startswith("sweep: 1 trials: 1 finished, 0 failed, 0 retried")
+    assert events.summary().endswith("; best eval_cost=80.50 (no_local seed=7)")
 
 
 def test_report_every_and_quiet(capsys) -> None:
@@ -158,12 +135,13 @@ def test_a_trial_that_fails_for_good_names_the_reason_and_the_traceback(tmp_path
     events = TrialEvents("s", ConsoleSpec("quiet"), 2, label_keys=("train.learning_rate",))
     trial = StandIn("t1", {"train": {"learning_rate": 0.000123456}}, "ERROR", 3, {}, str(error))
     events.on_trial_error(0, [trial], trial)
+    events.on_experiment_end([trial])
     line = capsys.readouterr().out.strip()
     assert line.endswith(
         f"learning_rate=0.000123: FAILED (after 3 attempts): ValueError: data.uri: gone; "
         f"traceback: {error}"
     )
-    assert "0 finished, 1 failed" in events.summary([trial])
+    assert "0 finished, 1 failed" in events.summary()
 
 
 def test_console_section_is_validated() -> None:
@@ -205,82 +183,31 @@ def test_a_trial_the_scheduler_stops_says_so(capsys) -> None:
     assert second.endswith("finished: 4 epochs, 3 s")  # all epochs, no evaluation set
 
 
-def test_tune_deleting_a_checkpoint_already_gone_is_one_warning_line(tmp_path) -> None:
-    """A driver killed between Tune's deletion of an old checkpoint and its next snapshot of
-    the experiment state leaves a record naming a folder that is gone. Ray's own checkpoint
-    manager then raises FileNotFoundError when the re-run registers a new checkpoint (the
-    state of Ray 2.60 this guards), and its controller logs that with a traceback: the console
-    shows one warning line instead."""
-
-    from ray.train import Checkpoint, CheckpointConfig
-    from ray.train._internal.checkpoint_manager import _CheckpointManager
-    from ray.train._internal.session import _TrainingResult
-
-    folders = [tmp_path / f"checkpoint_00000{i}" for i in range(3)]
-    for folder in folders:
-        folder.mkdir()
-    manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
-    for folder in folders[:2]:
-        manager.register_checkpoint(_TrainingResult(Checkpoint(str(folder)), {}))
-    folders[0].rmdir()  # deleted by the killed driver after its last snapshot
-    controller = logging.getLogger("ray.tune.execution.tune_controller")
-    with console_of(controller.name) as stream:
-        try:
-            manager.register_checkpoint(_TrainingResult(Checkpoint(str(folders[2])), {}))
-        except FileNotFoundError:  # as Tune's controller catches it
-            controller.exception("Trial %s: Error handling checkpoint %s", "trial_0", "cp")
-        else:  # a Ray that tolerates a gone folder: nothing reaches the console at all
-            assert not folders[0].exists()
-    lines = stream.getvalue().splitlines()
-    assert len(lines) <= 1 and "Traceback" not in stream.getvalue()
-    if lines:
-        assert lines[0].startswith("WARNING trial_0: a checkpoint in Tune's record")
-        assert f"storage ({folders[0]}), deleted before" in lines[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[1].name, folders[2].name]
-
-
-def test_a_failed_copy_of_tunes_state_is_one_warning_line() -> None:
-    """Ray's background syncer (its copy of the experiment state to storage) logs a failed copy
-    with the whole traceback in the message; the console shows the error's last line."""
-
-    from ray.train._internal.syncer import _BackgroundSyncer
-
-    def copy_to_full_storage() -> None:
-        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
-
-    class FullStorageSyncer(_BackgroundSyncer):
-        def _sync_up_command(self, local_path, uri, exclude=None):
-            return copy_to_full_storage, {}
-
-        def _sync_down_command(self, uri, local_path):
-            return copy_to_full_storage, {}
-
-        def _delete_command(self, uri):
-            return copy_to_full_storage, {}
-
-    with console_of("ray.train._internal.syncer") as stream:
-        syncer = FullStorageSyncer()
-        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))
-        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))  # waits on the first
-    lines = stream.getvalue().splitlines()
-    assert lines == [
-        "WARNING could not copy Tune's experiment state to storage (OSError: Error writing bytes "
-        "to file. Detail: [errno 28] No space left on device); retried at its next save"
+def test_the_summary_ranks_by_the_objective_and_prints_a_pareto_front() -> None:
+    """A search optimising validation_cost names its best by it (not by eval_cost); one with two
+    objectives prints its Pareto front; a trial its scheduler stopped early is not ranked (the
+    study prunes it)."""
+    keys = ("train.learning_rate",)
+    results = {
+        "a": {"validation_cost": 10.0, "peak_rss_gb": 3.0, "eval_cost": 99.0, "completed": 1},
+        "b": {"validation_cost": 12.0, "peak_rss_gb": 1.0, "eval_cost": 50.0, "completed": 1},
+        "c": {"validation_cost": 13.0, "peak_rss_gb": 2.0, "eval_cost": 40.0, "completed": 1},
+        "d": {"validation_cost": 1.0, "peak_rss_gb": 0.5},  # stopped early
+    }
+    rates = {"a": 1e-4, "b": 2e-4, "c": 3e-4, "d": 4e-4}
+    trials = [
+        StandIn(name, {"train": {"learning_rate": rates[name]}}, "TERMINATED", 0, result)
+        for name, result in results.items()
     ]
-
-
-def test_a_failed_save_of_tunes_state_is_one_warning_line() -> None:
-    """Tune's experiment state logs a failed save with ``exc_info`` (Ray 2.60's wording)."""
-    logger = logging.getLogger("ray.tune.execution.experiment_state")
-    with console_of(logger.name) as stream:
-        try:
-            raise OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space")
-        except OSError:
-            logger.error(
-                "Saving experiment state to storage at '/runs/x' failed with exception: ",
-                exc_info=True,
-            )
-    assert stream.getvalue().splitlines() == [
-        "WARNING could not copy Tune's experiment state to storage (OSError: [Errno 28] Error "
-        "writing bytes to file. Detail: [errno 28] No space); retried at its next save"
+    single = TrialEvents("s", ConsoleSpec(), 4, keys, (("validation_cost", "min"),))
+    single.on_experiment_end(trials)
+    assert single.summary().endswith("; best validation_cost=10.00 (learning_rate=0.0001)")
+    both = (("validation_cost", "min"), ("peak_rss_gb", "min"))
+    pareto = TrialEvents("s", ConsoleSpec(), 4, keys, both)
+    pareto.on_experiment_end(trials)
+    first, *front = pareto.summary().splitlines()
+    assert first.endswith("; Pareto front of validation_cost (min), peak_rss_gb (min), 2 trial(s):")
+    assert front == [
+        "  learning_rate=0.0001: validation_cost=10 peak_rss_gb=3",
+        "  learning_rate=0.0002: validation_cost=12 peak_rss_gb=1",
     ]

@@ -18,22 +18,22 @@ from orchestration.data.seal import (
     KEPT_DIGESTS,
     KEY_VARIABLE,
     Seal,
-    SealKeyError,
-    StateKeeper,
     key_file,
     key_id,
     seal_digest,
     state_key,
 )
+from orchestration.experiment.folder import SweepFolder
 from orchestration.experiment.tune_state import (
     KEEP_FOLDER,
     SEAL_FILE,
-    UntrustedState,
+    StateKeeper,
     check_state,
     is_intact,
     keep_intact,
     without_driver_settings,
 )
+from orchestration.failures import SweepRefused
 
 SEARCHER = pickle.dumps({"_finished": True, "_total_samples": 12, "uuid": "a0e93_"}, protocol=5)
 EXPERIMENT = json.dumps({"trial_data": [['{"trial_id": "a0e93_00000"}', "{}"]]}).encode()
@@ -56,7 +56,7 @@ def sweep(tmp_path, *files: tuple[str, bytes]):
     folder.mkdir(parents=True)
     for name, content in files:
         (folder / name).write_bytes(content)
-    return folder, StateKeeper(pafs.LocalFileSystem(), str(folder))
+    return folder, StateKeeper(SweepFolder(pafs.LocalFileSystem(), str(folder)))
 
 
 def test_whole_files_are_intact_and_any_cut_is_not():
@@ -103,14 +103,14 @@ def test_a_cut_state_file_is_put_back_from_its_sealed_copy(tmp_path, caplog):
     assert keep_intact(keeper, seen) == []  # damaged copies are never sealed
     assert (folder / KEEP_FOLDER / SEARCHER_NAME).read_bytes() == SEARCHER
     with caplog.at_level(logging.WARNING):
-        put_back = check_state(keeper.filesystem, str(folder))
+        put_back = check_state(keeper.folder)
     assert sorted(put_back) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
     assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
     assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT
     told = [r.getMessage() for r in caplog.records]
     assert len(told) == 2 and all("put back its last intact copy" in m for m in told)
     assert any(f"{folder / SEARCHER_NAME} was damaged (cut short, 0 bytes" in m for m in told)
-    assert check_state(keeper.filesystem, str(folder)) == []  # nothing left to mend
+    assert check_state(keeper.folder) == []  # nothing left to mend
 
 
 def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused(tmp_path):
@@ -118,12 +118,12 @@ def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused
     keep_intact(keeper, {})
     forged = pickle.dumps({"_finished": False}, protocol=5)
     (folder / SEARCHER_NAME).write_bytes(forged)
-    assert check_state(keeper.filesystem, str(folder)) == [SEARCHER_NAME]
+    assert check_state(keeper.folder) == [SEARCHER_NAME]
     assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
     for place in (folder / SEARCHER_NAME, folder / KEEP_FOLDER / SEARCHER_NAME):
         place.write_bytes(forged)
-    with pytest.raises(UntrustedState) as refused:
-        check_state(keeper.filesystem, str(folder))
+    with pytest.raises(SweepRefused) as refused:
+        check_state(keeper.folder)
     said = str(refused.value)
     assert said.startswith(f"Tune's saved state {folder / SEARCHER_NAME} was changed outside")
     assert "new sweep name or delete the folder" in said and "\n" not in said
@@ -131,8 +131,8 @@ def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused
     # a file added beside sealed ones, or one's seal swapped for another file's: no seal
     (folder / SEARCHER_NAME).write_bytes(SEARCHER)
     (folder / "experiment_state-2099-01-01_00-00-00.json").write_bytes(EXPERIMENT)
-    with pytest.raises(UntrustedState, match="2099-01-01_00-00-00.json has no seal in"):
-        check_state(keeper.filesystem, str(folder))
+    with pytest.raises(SweepRefused, match="2099-01-01_00-00-00.json has no seal in"):
+        check_state(keeper.folder)
 
 
 def test_the_driver_seals_what_it_wrote_not_what_tune_downloaded_to_restore(tmp_path):
@@ -147,23 +147,23 @@ def test_the_driver_seals_what_it_wrote_not_what_tune_downloaded_to_restore(tmp_
         EXPERIMENT_NAME
     ]
     assert (folder / KEEP_FOLDER / EXPERIMENT_NAME).read_bytes() == EXPERIMENT
-    with pytest.raises(UntrustedState, match=f"{SEARCHER_NAME} has no seal in"):
-        check_state(keeper.filesystem, str(folder))
+    with pytest.raises(SweepRefused, match=f"{SEARCHER_NAME} has no seal in"):
+        check_state(keeper.folder)
 
 
 def test_a_state_without_seal_is_refused_unless_trusted_once(tmp_path, caplog):
     folder, keeper = sweep(tmp_path, ("tuner.pkl", SEARCHER), (EXPERIMENT_NAME, EXPERIMENT[:9]))
     (folder / KEEP_FOLDER).mkdir()
     (folder / KEEP_FOLDER / EXPERIMENT_NAME).write_bytes(EXPERIMENT)  # an older linc's copy
-    with pytest.raises(UntrustedState) as refused:
-        check_state(keeper.filesystem, str(folder))
+    with pytest.raises(SweepRefused) as refused:
+        check_state(keeper.folder)
     assert "has no seal" in str(refused.value)
     assert "cluster.trust_unsealed_state=true" in str(refused.value)
     with caplog.at_level(logging.WARNING):
-        check_state(keeper.filesystem, str(folder), trust_unsealed=True)
+        check_state(keeper.folder, trust_unsealed=True)
     assert "accepted as it is and sealed now" in caplog.text
     assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT  # its intact copy, not the cut
-    assert check_state(keeper.filesystem, str(folder)) == []  # sealed: no trust needed again
+    assert check_state(keeper.folder) == []  # sealed: no trust needed again
 
 
 def test_a_state_sealed_with_another_key_names_the_key_to_set(tmp_path, monkeypatch):
@@ -171,12 +171,12 @@ def test_a_state_sealed_with_another_key_names_the_key_to_set(tmp_path, monkeypa
     keep_intact(keeper, {})
     monkeypatch.setenv(KEY_VARIABLE, KEY_B)  # another host
     for trust in (False, True):  # a seal that fails is never trusted
-        with pytest.raises(UntrustedState) as refused:
-            check_state(keeper.filesystem, str(folder), trust_unsealed=trust)
+        with pytest.raises(SweepRefused) as refused:
+            check_state(keeper.folder, trust_unsealed=trust)
         assert "was sealed with another key" in str(refused.value)
         assert f"set {KEY_VARIABLE} to the key of the host that wrote it" in str(refused.value)
     monkeypatch.setenv(KEY_VARIABLE, KEY_A)
-    assert check_state(keeper.filesystem, str(folder)) == []
+    assert check_state(keeper.folder) == []
 
 
 def test_a_new_key_file_is_made_private_once_and_one_open_to_others_refused(monkeypatch):
@@ -193,7 +193,7 @@ def test_a_new_key_file_is_made_private_once_and_one_open_to_others_refused(monk
     monkeypatch.delenv(KEY_VARIABLE)
     for mode in (0o644, 0o640, 0o602):
         path.chmod(mode)
-        with pytest.raises(SealKeyError, match=f"open to others \\(mode {mode:04o}\\)"):
+        with pytest.raises(SweepRefused, match=f"open to others \\(mode {mode:04o}\\)"):
             state_key()
     path.chmod(0o600)
     assert state_key() == key
@@ -201,7 +201,7 @@ def test_a_new_key_file_is_made_private_once_and_one_open_to_others_refused(monk
 
 def test_a_short_or_unmakeable_key_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_VARIABLE, "abc123")
-    with pytest.raises(SealKeyError, match="LINC_STATE_KEY: the key .* is 6 bytes"):
+    with pytest.raises(SweepRefused, match="LINC_STATE_KEY: the key .* is 6 bytes"):
         state_key()
     monkeypatch.setenv(KEY_VARIABLE, "a passphrase of some length")  # any text of 16 or more
     assert state_key() == b"a passphrase of some length"
@@ -212,7 +212,7 @@ def test_a_short_or_unmakeable_key_is_one_line(monkeypatch, tmp_path):
     if os.geteuid() == 0:  # root writes anywhere: a home that is a file instead
         (tmp_path / "file-home").write_text("")
         monkeypatch.setenv("HOME", str(tmp_path / "file-home"))
-    with pytest.raises(SealKeyError, match="cannot make the key .* set LINC_STATE_KEY"):
+    with pytest.raises(SweepRefused, match="cannot make the key .* set LINC_STATE_KEY"):
         state_key()
 
 

@@ -1,0 +1,304 @@
+"""Every workaround of the pinned Ray (:data:`PINNED_RAY`), in one place: what a reader may skip,
+and what to revisit on a Ray upgrade (each says what it mends and where Ray does it).
+
+* :func:`bind_loopback_even_if_imported_before`: a local Ray listens on 127.0.0.1 even in a
+  process that imported ``ray`` before linc set Ray's switch (a notebook);
+* :func:`quiet_token_auth_notice`: a new local Ray enables token authentication and says so on
+  the console at every start: the notice is dropped, authentication stays on;
+* :func:`keep_aws_keys_out_of_trials`: Tune copies the driver's ``AWS_*`` keys into each trial's
+  ``runtime_env``, which Ray's agent writes into a log every user of the node can read;
+* :func:`quiet_tune`: Tune's console output engine, per-trial tracebacks, checkpoint-frequency
+  warnings and result-file warnings off; :class:`SyncFailureFilter` and
+  :class:`GoneCheckpointFilter` turn two tracebacks Tune logs for conditions linc mends into
+  one warning line each, :class:`TrialsNotCompleteFilter` drops a line the summary says;
+* :func:`handle_memory_kills`: a trial the memory monitor kills is a failed trial, not the end of
+  the sweep;
+* :class:`SweepFIFOScheduler`, :class:`SweepASHAScheduler`: trials created after a moved sweep is
+  restored go to its current folder, not the one it started in;
+* :func:`tolerate_gone_checkpoints`: a trial restores past a checkpoint Tune's record names but
+  storage no longer holds;
+* :func:`with_callbacks`: a restored tuner runs with the callbacks this driver built, not the
+  ones pickled with it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow.fs as pafs
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+logger = logging.getLogger(__name__)
+
+PINNED_RAY = "2.60.0"  # pyproject.toml pins ray[default,tune] to this version
+_MARK = "_linc_handles_memory_kills"
+
+
+def bind_loopback_even_if_imported_before(switch: str) -> None:
+    """Ray reads the loopback ``switch`` (:data:`orchestration.ray_session.LOOPBACK_SWITCH`)
+    into a module constant at its first import, so a process that imported ``ray`` earlier
+    would start a local Ray on every interface. Ray reads the constant at call time
+    (``ray._private.services.get_node_ip_address``): set it for this start, and the switch in
+    the environment for the processes Ray starts (raylet, GCS, dashboard agent, workers), which
+    import ``ray`` afresh."""
+    from ray._private import ray_constants
+
+    os.environ[switch] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def quiet_token_auth_notice() -> None:
+    """A new local Ray turns token authentication on when ``RAY_AUTH_MODE`` is unset and warns
+    that it did (``authentication_token_setup.enable_token_auth_by_default``), on every start.
+    The notice is dropped; authentication stays on, and Ray's other warnings (a cluster without
+    authentication) still show."""
+    name = "ray._private.authentication.authentication_token_setup"
+    found = logging.getLogger(name)
+    if not any(isinstance(f, _TokenAuthNotice) for f in found.filters):
+        found.addFilter(_TokenAuthNotice())
+
+
+class _TokenAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this")
+
+
+def keep_aws_keys_out_of_trials() -> None:
+    """Tune copies the driver's ``AWS_*`` keys into each trial actor's ``runtime_env``
+    (``ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE``), which Ray's agent writes into
+    ``runtime_env_agent.log``. Once this process has started or joined Ray no copy is needed:
+    a local Ray's workers inherit this process's environment, a cluster's nodes use their own
+    AWS chain (role, ``~/.aws``, their environment)."""
+    from ray.tune.execution import class_cache
+
+    names = class_cache.ENV_VARS_TO_PROPAGATE
+    class_cache.ENV_VARS_TO_PROPAGATE = {name for name in names if not name.startswith("AWS_")}
+
+
+def quiet_tune() -> None:
+    """Tune's console at ``console.verbosity`` quiet or events (see
+    :mod:`orchestration.experiment.console`): the legacy output engine, silent at verbose 0 (the
+    new one prints an experiment box and a TensorBoard hint even then); no traceback per failed
+    trial attempt; no warning that every epoch of a short trial snapshots the experiment; no
+    "Remote file not found: .../result.json" of a trial retried before its first result reached
+    storage (Tune's result loggers start the file afresh). The two filters below."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
+    for name, kind in (
+        ("ray.tune.execution.tune_controller", GoneCheckpointFilter),
+        ("ray.train._internal.storage", GoneCheckpointFilter),
+        ("ray.train._internal.syncer", SyncFailureFilter),
+        ("ray.tune.execution.experiment_state", SyncFailureFilter),
+        ("ray.tune.tune", TrialsNotCompleteFilter),
+    ):
+        found = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in found.filters):
+            found.addFilter(kind())
+
+
+def _as_warning(record: logging.LogRecord, message: str, *args: Any) -> None:
+    record.msg, record.args = message, args
+    record.exc_info, record.exc_text = None, None
+    record.levelno, record.levelname = logging.WARNING, "WARNING"
+
+
+class SyncFailureFilter(logging.Filter):
+    """Tune's failed copy of its experiment state to storage (full or unreachable): the syncer's
+    "Last sync command failed" warning with the traceback in its message, and "Saving
+    experiment state to storage ... failed" with its traceback, as one warning line: the
+    error's last line. The next save tries again; a copy cut short is mended on the re-run
+    (:mod:`orchestration.experiment.tune_state`)."""
+
+    PREFIXES = ("Last sync command failed", "Saving experiment state to storage")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.PREFIXES):
+            error = record.exc_info[1] if record.exc_info else None
+            if error is not None:
+                message += f"\n{type(error).__name__}: {error}"
+            lines = [line for line in message.splitlines() if line.strip()]
+            last = lines[-1].strip() if len(lines) > 1 else "no detail"
+            text = (
+                "could not copy Tune's experiment state to storage (%s); retried at its next save"
+            )
+            _as_warning(record, text, last)
+        return True
+
+
+class TrialsNotCompleteFilter(logging.Filter):
+    """Tune's "Trials did not complete: [...]" error at the end of an experiment with failed
+    trials: the console's summary and the sweep's one-line error say it, naming the trials."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Trials did not complete")
+
+
+class GoneCheckpointFilter(logging.Filter):
+    """Tune's traceback for deleting a checkpoint that is already gone, as one warning line.
+
+    Tune keeps a trial's last two checkpoints by the list in its experiment state and deletes
+    the older one when a new one registers. A driver killed between deleting a checkpoint and
+    its next snapshot of that state leaves a list naming a folder that no longer exists; the
+    re-run's first new checkpoint deletes it again. Tune's list is updated before the deletion,
+    nothing is lost (the trial restored its newest intact checkpoint anyway), yet Tune logs the
+    ``FileNotFoundError`` with a traceback: "Error handling checkpoint" when the folder is gone
+    before Ray looks (``tune_controller._process_trial_save``), "Caught exception when deleting
+    path" when it goes between Ray's look and its deletion (``train._internal.storage``).
+    """
+
+    PREFIXES = ("Trial %s: Error handling checkpoint", "Caught exception when deleting path")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, FileNotFoundError) and str(record.msg).startswith(self.PREFIXES):
+            # Ray's texts: "Path not found: (<file system>, PATH)", "... path at (<fs>, PATH):"
+            said = str(error) if "Path not found" in str(error) else str(record.msg)
+            path = said.rsplit(", ", 1)[-1].rstrip("):")
+            is_trial = isinstance(record.args, tuple) and record.args and "%s" in record.msg
+            trial = record.args[0] if is_trial else "a trial"
+            text = (
+                "%s: a checkpoint in Tune's record of this trial is already gone from storage "
+                "(%s), deleted before the last driver stopped; nothing to delete"
+            )
+            _as_warning(record, text, trial, path)
+        return True
+
+
+def handle_memory_kills() -> None:
+    """When the memory monitor kills a trial's process, its pending task fails with
+    ``OutOfMemoryError``, which Ray's actor manager
+    (``ray.air.execution._internal.actor_manager.RayActorManager._actor_task_failed``) does not
+    expect: it raises "Caught unexpected exception" from the driver's loop and the whole sweep
+    ends. Here the manager treats it as the death of the trial's process (a ``RayActorError``
+    carrying the monitor's message): Tune records the trial as failed and retries it per
+    ``cluster.max_failures``. Every other exception goes to Ray's own code (idempotent)."""
+    from ray.air.execution._internal.actor_manager import RayActorManager
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    original = RayActorManager._actor_task_failed
+    if getattr(original, _MARK, False):
+        return
+
+    def _actor_task_failed(self: Any, tracked_actor_task: Any, exception: Exception) -> None:
+        if isinstance(exception, OutOfMemoryError):
+            actor_id = tracked_actor_task._tracked_actor.actor_id
+            message = f"the memory monitor killed the trial's process: {exception}"
+            exception = RayActorError(actor_id=actor_id, error_msg=message)
+        original(self, tracked_actor_task, exception)  # Ray's own RayActorError path
+
+    setattr(_actor_task_failed, _MARK, True)
+    RayActorManager._actor_task_failed = _actor_task_failed
+
+
+def follow_current_storage(controller: Any, trial: Trial) -> None:
+    """Ray Tune restores a moved experiment's existing trials into its new folder, but a trial
+    its search algorithm creates after the restore gets the storage the experiment was first
+    started with (from the search algorithm's saved state): it would write into the old folder.
+    Give ``trial`` the storage of the experiment's first trial when they differ."""
+    for other in controller.get_trials():
+        if other is trial:
+            continue
+        current, mine = other.storage, trial.storage
+        if (mine.storage_fs_path, mine.experiment_dir_name) != (
+            current.storage_fs_path,
+            current.experiment_dir_name,
+        ):
+            moved = copy.copy(mine)
+            moved.storage_filesystem = current.storage_filesystem
+            moved.storage_fs_path = current.storage_fs_path
+            moved.experiment_dir_name = current.experiment_dir_name
+            trial.set_storage(moved)
+        return
+
+
+class SweepFIFOScheduler(FIFOScheduler):
+    """Tune's first-in-first-out scheduler, keeping a moved sweep's new trials in its folder
+    (:func:`follow_current_storage`; Tune saves the scheduler with the experiment)."""
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        follow_current_storage(tune_controller, trial)
+        super().on_trial_add(tune_controller, trial)
+
+
+class SweepASHAScheduler(ASHAScheduler):
+    """Tune's ASHA scheduler, keeping a moved sweep's new trials in its folder."""
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        follow_current_storage(tune_controller, trial)
+        super().on_trial_add(tune_controller, trial)
+
+
+def tolerate_gone_checkpoints(function: Callable[..., None]) -> type:
+    """Tune's trainable class of ``function`` (a function trainable), restoring past a checkpoint
+    that Tune's record names but storage no longer holds.
+
+    Tune snapshots its experiment state at most every 10 s, while a trial can checkpoint every
+    fraction of a second and Tune deletes all but the last two. A driver killed in between
+    leaves a record whose newest checkpoint is gone, and Tune's own restore then fails every
+    retry ("Could not recover from checkpoint as it does not exist on storage anymore"). A linc
+    trial never reads Tune's checkpoint (it restores the newest intact one of its folder:
+    :func:`orchestration.trial.checkpoints.restore_newest_intact`), so Tune's restore is given
+    the trial's folder instead, with one warning line naming the gone one.
+    """
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    trainable = wrap_function(function)
+
+    class ImplicitFunc(trainable):  # Ray titles the trial's process with this class name
+        def restore(self, checkpoint_path: Any) -> Any:
+            checkpoint = getattr(checkpoint_path, "checkpoint", None)
+            if checkpoint is not None:
+                info = checkpoint.filesystem.get_file_info(checkpoint.path)
+                if info.type == pafs.FileType.NotFound:
+                    folder = checkpoint.path.rstrip("/").rsplit("/", 1)[0]
+                    logger.warning(
+                        "Tune's record names checkpoint %s, which is gone from storage (its "
+                        "driver stopped before recording newer ones); restoring from the newest "
+                        "intact checkpoint in %s",
+                        checkpoint.path,
+                        folder,
+                    )
+                    replacement = Checkpoint(folder, filesystem=checkpoint.filesystem)
+                    checkpoint_path = _TrainingResult(replacement, checkpoint_path.metrics)
+            return super().restore(checkpoint_path)
+
+    ImplicitFunc.__name__ = trainable.__name__  # Tune names trials after it
+    return ImplicitFunc
+
+
+def with_callbacks(tuner: Any, callbacks: list[Any]) -> Any:
+    """``tuner`` (restored) running ``callbacks`` instead of those pickled in its ``tuner.pkl``:
+    ``Tuner.restore`` takes no run config, so they are set on its private local tuner (absent
+    for a Ray Client driver, which keeps the pickled ones)."""
+    local = getattr(tuner, "_local_tuner", None)
+    if local is not None:
+        local.get_run_config().callbacks = list(callbacks)
+    return tuner
+
+
+__all__ = [
+    "GoneCheckpointFilter",
+    "PINNED_RAY",
+    "SweepASHAScheduler",
+    "SweepFIFOScheduler",
+    "SyncFailureFilter",
+    "TrialsNotCompleteFilter",
+    "bind_loopback_even_if_imported_before",
+    "follow_current_storage",
+    "handle_memory_kills",
+    "keep_aws_keys_out_of_trials",
+    "quiet_token_auth_notice",
+    "quiet_tune",
+    "tolerate_gone_checkpoints",
+    "with_callbacks",
+]

@@ -1,0 +1,400 @@
+"""A sweep's lifecycle in one object: :class:`Sweep`, a context manager around Tune experiments.
+
+    with Sweep(config, {"name": "ablation-smoke", "kind": "ablation"}) as sweep:
+        results = sweep.fit(param_space)           # new, or restored where it stopped
+        sweep.finish_with(report=..., description=...)
+    sweep.registered                                # the best policy: NAME/VERSION, or None
+
+Entering (each step in the one place that does it):
+
+1. the console is prepared (:func:`~orchestration.experiment.console.prepare_console`), before
+   anything can print;
+2. pre-flight (:func:`~orchestration.experiment.preflight.preflight`): storage, data and the
+   tracking store answer, the tracking target is resolved once;
+3. the lease of the sweep's folder is taken (:class:`~.folder.SweepFolder`: one driver per sweep);
+4. Tune's saved state is checked against its seal and mended (:func:`~.tune_state.check_state`):
+   nothing of it is read before;
+5. the parent run is opened or re-opened (:class:`~orchestration.tracking.runs.SweepRuns`) and
+   the sweep's folder records it;
+6. Ray starts (:func:`~orchestration.ray_session.init_ray`) with the workarounds of the pinned
+   Ray (:mod:`~.ray_compat`).
+
+:meth:`Sweep.fit` runs one Tune experiment (the sweep's own, or a later stage of a search): a
+new tuner, or the saved one restored (:func:`~.tune_state.restore_tuner`), with every linc Tune
+callback built in :meth:`Sweep.callbacks`; SIGTERM and SIGINT stop it gracefully
+(:mod:`~.stopping`). Leaving settles the runs, tags the checkpoints, runs the caller's report and
+registers the best policy (:meth:`SweepRuns.settle`), marks a stopped sweep KILLED, releases
+the lease, and turns every failure into one of :mod:`orchestration.failures` (one line, an exit
+code): a bug is the only traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ray import tune
+
+from linc_core.metrics import (
+    EPOCH,
+    EVAL_COST,
+    EVAL_INFEASIBLE,
+    PEAK_RSS_GB,
+    TRAIN_BEST_COST,
+    VALIDATION_COST,
+)
+from linc_core.utils.secrets import redact, redact_logging
+from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
+from orchestration.experiment.console import TUNE_VERBOSE, TrialEvents, prepare_console
+from orchestration.experiment.folder import SweepFolder, SweepLease
+from orchestration.experiment.preflight import preflight
+from orchestration.experiment.ray_compat import (
+    SweepFIFOScheduler,
+    handle_memory_kills,
+    keep_aws_keys_out_of_trials,
+    tolerate_gone_checkpoints,
+    with_callbacks,
+)
+from orchestration.experiment.stopping import PendingTimeout, StallWatch, stop_sweep_on_signals
+from orchestration.experiment.tune_state import (
+    KeepIntactState,
+    check_state,
+    restore_tuner,
+    without_driver_settings,
+)
+from orchestration.failures import SweepInterrupted, TrialFailed, one_line, sweep_failure
+from orchestration.ray_session import init_ray
+from orchestration.tracking.runs import SweepRuns
+from orchestration.tracking.target import TrackingTarget
+from orchestration.trial.plan import TrialPlan
+from orchestration.trial.resources import placement
+from orchestration.trial.trainable import train_linc
+
+VARIANT_AND_SEED = ("model.variant", "train.seed")
+
+
+@dataclass
+class SweepResult:
+    name: str
+    parent_run_id: str
+    rows: list[dict[str, Any]]
+    table: str
+    experiment_path: str
+    tracking_uri: str
+    study: tuple[str, str] | None = None  # a search's Optuna study: (name, storage URL)
+    registered: str | None = None  # the best policy in the model registry: NAME/VERSION
+    best: Any = None  # a search's best values, or its Pareto front (a list of them)
+
+
+class Sweep:
+    """The driver of one sweep (see the module docstring).
+
+    Args:
+        config: the sweep's validated config (its base trial and the platform around it).
+        sweep: what the parent run records of the sweep: ``name``, ``kind`` and what it varies.
+        label_keys: the config keys that tell its trials apart (console lines, run names).
+        objective: what the sweep optimises, ``(metric, "min" | "max")`` pairs (its summary).
+        resume: restore the sweep's saved experiments (False: a new one, refused if saved).
+        checks: more pre-flight, given the resolved tracking target (a search's study store).
+        trials_must_finish: a trial that failed for good ends the sweep in :class:`TrialFailed`
+            (a search goes on: its study records the failure).
+    """
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        sweep: dict[str, Any],
+        *,
+        label_keys: tuple[str, ...] = VARIANT_AND_SEED,
+        objective: tuple[tuple[str, str], ...] = ((EVAL_COST, "min"),),
+        resume: bool = True,
+        checks: Callable[[TrackingTarget], None] | None = None,
+        trials_must_finish: bool = True,
+    ) -> None:
+        self.config, self.sweep, self.name = config, sweep, sweep["name"]
+        self.label_keys, self.objective, self.resume = tuple(label_keys), objective, resume
+        self.checks, self.trials_must_finish = checks, trials_must_finish
+        self.folder: SweepFolder | None = None  # the sweep's, once entered (after pre-flight)
+        self.experiment: SweepFolder | None = None  # the Tune experiment's fitted last
+        self.results: list[Any] = []
+        self.registered: str | None = None
+        self._lease: SweepLease | None = None
+        self._runs: SweepRuns | None = None
+        self._fitting = False
+        self._ending: dict[str, Any] = {}
+        run = config.run
+        self.events = TrialEvents(
+            self.name, config.console, run.train.epochs, self.label_keys, objective
+        )
+
+    # -- entering ------------------------------------------------------------------------------
+    def __enter__(self) -> Sweep:
+        try:
+            prepare_console(self.config.console)
+            tracking = preflight(self.config)
+            if self.checks is not None:
+                self.checks(tracking)
+            folder = SweepFolder.on_storage(self.config.cluster.storage_path(), self.name)
+            self.folder = self.experiment = folder
+            self._lease = folder.take_lease(self.name)
+            restoring = self.resume and folder.can_restore()
+            check_state(folder, restoring, self.config.cluster.trust_unsealed_state)
+            plan = TrialPlan.from_config(self.config, tracking)
+            params = plan.params(varied=self.label_keys, sweep=self.sweep)
+            recorded = folder.record() if restoring else None
+            self._runs = SweepRuns.open(tracking, self.sweep, params, folder.path, recorded)
+            folder.write_record(self._runs.record)
+            start_ray(self.config)
+        except BaseException as err:
+            self._leave(err)  # raises the failure it maps err to
+            raise  # a bug: its traceback
+        return self
+
+    @property
+    def runs(self) -> SweepRuns:
+        assert self._runs is not None, "use the Sweep as a context manager"
+        return self._runs
+
+    def has_experiment(self, name: str) -> bool:
+        """Whether a Tune experiment ``name`` (a search's stage) is saved beside the sweep's."""
+        return self._experiment_folder(name).can_restore()
+
+    # -- fitting -------------------------------------------------------------------------------
+    def fit(
+        self,
+        param_space: dict[str, Any],
+        tune_config: tune.TuneConfig | None = None,
+        experiment: str | None = None,
+    ) -> tune.ResultGrid:
+        """Run (or resume) the Tune experiment ``experiment`` (None: the sweep's own) over
+        ``param_space``; its results (also kept in :attr:`results` for the end)."""
+        folder = self._experiment_folder(experiment or self.name)
+        restoring = self.resume and folder.can_restore()
+        if folder != self.folder:
+            check_state(folder, restoring, self.config.cluster.trust_unsealed_state)
+        # What Tune keeps (params.json, result.json, its state) is masked: a trial takes the
+        # real store and storage from the driver (with_parameters), not from it.
+        space = without_driver_settings(redact(param_space))
+        callbacks = self.callbacks(folder, restoring)
+        with stop_sweep_on_signals() as stop:
+            try:
+                if restoring:
+                    tuner = restore_tuner(folder, self._trainable(), space)
+                    with_callbacks(tuner, callbacks)
+                    self.runs.parent.set_status("RUNNING")
+                else:
+                    tuner = self._new_tuner(folder, space, tune_config, callbacks)
+                self._fitting, self.experiment = True, folder
+                results = tuner.fit()
+            except KeyboardInterrupt:
+                stop.signal = stop.signal or "SIGINT"
+        if stop.signal is not None:
+            raise SweepInterrupted(
+                f"{self.name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the "
+                f"same command to resume from each trial's newest checkpoint ({folder.uri()})"
+            )
+        self.results += list(results)
+        return results
+
+    def callbacks(self, folder: SweepFolder, restored: bool) -> list[tune.Callback]:
+        """Every linc Tune callback of an experiment in ``folder``: the console's lines, the
+        stops for trials no node can place and for hung trials, the sealing of Tune's state."""
+        cluster = self.config.cluster
+        callbacks: list[tune.Callback] = [self.events]  # one for every experiment: one summary
+        if cluster.pending_timeout_s is not None:
+            callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+        if cluster.stall_timeout_s is not None:
+            callbacks.append(StallWatch(cluster.stall_timeout_s, self.events.notice))
+        return [*callbacks, KeepIntactState(folder, restored)]
+
+    def _experiment_folder(self, name: str) -> SweepFolder:
+        assert self.folder is not None, "use the Sweep as a context manager"
+        return self.folder if name == self.name else self.folder.sibling(name)
+
+    def _trainable(self) -> Any:
+        # every trial logs to the driver's store, under this sweep's parent, wherever it began
+        named_by = tuple(k for k in self.label_keys if k not in VARIANT_AND_SEED)
+        trial = tune.with_parameters(
+            train_linc,
+            tracking=self.runs.for_trials(named_by),
+            storage=self.config.cluster.storage,
+        )
+        # per trial, from its own config: the memory its variant needs
+        return tune.with_resources(tolerate_gone_checkpoints(trial), placement)
+
+    def _new_tuner(
+        self,
+        folder: SweepFolder,
+        param_space: dict[str, Any],
+        tune_config: tune.TuneConfig | None,
+        callbacks: list[tune.Callback],
+    ) -> tune.Tuner:
+        cluster = self.config.cluster
+        tune_config = tune_config or tune.TuneConfig(
+            max_concurrent_trials=cluster.max_concurrent_trials or None,
+            reuse_actors=cluster.reuse_actors,
+            scheduler=SweepFIFOScheduler(),  # keeps a moved sweep's new trials in its folder
+        )
+        names = TrialFolderName(self.label_keys)
+        return tune.Tuner(
+            self._trainable(),
+            param_space=param_space,
+            tune_config=dataclasses.replace(tune_config, trial_dirname_creator=names),
+            run_config=tune.RunConfig(
+                name=folder.name,
+                storage_path=folder.parent_path,
+                storage_filesystem=folder.tune_filesystem,
+                failure_config=tune.FailureConfig(max_failures=cluster.max_failures),
+                # the last two: a trial whose newest checkpoint is damaged falls back to the other
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                callbacks=callbacks,
+                verbose=TUNE_VERBOSE[self.config.console.verbosity],
+            ),
+        )
+
+    # -- leaving -------------------------------------------------------------------------------
+    def finish_with(
+        self,
+        texts: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
+        report: Callable[[], None] | None = None,
+        description: str | None = None,
+    ) -> None:
+        """What the end adds on the parent run, also when trials failed: ``texts`` (artifact
+        name -> text) and ``metrics``, ``report`` (run once the trial runs are settled) and
+        ``description`` (Markdown: the run's description in the MLflow UI)."""
+        self._ending = {"texts": texts, "metrics": metrics, "report": report}
+        self._ending["description"] = description
+
+    def __exit__(self, kind: Any, err: BaseException | None, traceback: Any) -> bool:
+        self._leave(err)
+        return False
+
+    def _leave(self, err: BaseException | None) -> None:
+        """Settle, release, and raise the sweep's one failure (see the module docstring)."""
+        where = self.experiment.parent_path if self.experiment is not None else None
+        failure = sweep_failure(err, self.name, where)
+        stopped = isinstance(failure, SweepInterrupted)
+        failed = [r for r in self.results if r.error is not None]
+        if self._fitting and not stopped and self.events.trials:
+            print(redact(self.events.summary()), flush=True)
+        try:
+            if self._runs is not None:
+                timeout = self._runs.tracking.flush_timeout_s
+                if stopped:  # a preempted driver has its grace period, not the store's
+                    timeout = min(timeout, self.config.cluster.preemption_grace_s)
+                if not self._fitting:  # nothing ran: the parent's status is as it was
+                    self._runs.close(timeout)
+                else:
+                    status = "KILLED" if stopped else "FAILED" if failure or failed else "FINISHED"
+                    self.registered = self._runs.settle(
+                        self.results,
+                        status=status,
+                        timeout_s=timeout,
+                        register=self.config.tracking.register,
+                        **(self._ending if status != "KILLED" else {}),
+                    )
+        finally:
+            if self._lease is not None:
+                self._lease.release()
+        if failure is not None:
+            raise failure from None
+        if err is not None:
+            return  # a bug: its traceback, as Python raises it
+        if failed and self.trials_must_finish:
+            raise TrialFailed(self._failed_trials(failed))
+
+    def _failed_trials(self, failed: list[Any]) -> str:
+        retries = self.config.cluster.max_failures
+        label = trial_label(failed[0].config or {}, self.label_keys)
+        reason = one_line(failed[0].error)
+        if len(self.results) == 1:
+            return (
+                f"{self.name}: the trial failed after {retries} retries ({reason}); its "
+                "error.txt has the traceback; re-run the same command to resume it from its "
+                "newest intact checkpoint"
+            )
+        return (
+            f"{self.name}: {len(failed)} of {len(self.results)} trials failed after {retries} "
+            f"retries (first: {label}: {reason}); their error.txt files have the tracebacks; "
+            "re-run the same command to resume them from their newest intact checkpoints"
+        )
+
+    def result(self, rows: list[dict[str, Any]], table: str, **more: Any) -> SweepResult:
+        """The sweep's result, once it has ended: its rows and table, where it lies."""
+        runs = self.runs
+        assert runs.parent.run_id is not None and self.experiment is not None
+        return SweepResult(
+            self.name,
+            runs.parent.run_id,
+            rows,
+            table,
+            self.experiment.path,
+            runs.tracking.uri,
+            registered=self.registered,
+            **more,
+        )
+
+
+def start_ray(config: PlatformConfig) -> None:
+    """Start or join the Ray of ``config``'s cluster with linc's console (prepared first; Ray's
+    loggers, driver and workers, at its level) and the workarounds of the pinned Ray."""
+    prepare_console(config.console)
+    cluster = config.cluster
+    level = "INFO" if config.console.verbosity == "tune" else "WARNING"
+    started = init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
+    redact_logging()  # on the handlers Ray added too
+    if started:
+        keep_aws_keys_out_of_trials()
+    handle_memory_kills()
+
+
+@dataclass(frozen=True)
+class TrialFolderName:
+    """Tune's ``trial_dirname_creator``: ``trial_003_learning_rate=0.000846_tau_start=5.85``,
+    the trial's number and the values that tell it apart (Tune's own name holds every section
+    of the config)."""
+
+    label_keys: tuple[str, ...]
+
+    def __call__(self, trial: Any) -> str:
+        number = str(trial.experiment_tag).split("_", 1)[0].zfill(3)
+        label = trial_label(trial.config or {}, self.label_keys)
+        safe = re.sub(r"[^A-Za-z0-9.=+-]+", "_", label).strip("_")[:100]
+        return f"trial_{number}_{safe}" if safe else f"trial_{number}"
+
+
+def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A trial's row of a sweep's table: its variant, seed, metrics, error and ``keys``."""
+    config = result.config or {}
+    metrics = result.metrics or {}
+    return {
+        "variant": config.get("model", {}).get("variant"),
+        "seed": config.get("train", {}).get("seed"),
+        EVAL_COST: metrics.get(EVAL_COST),
+        EVAL_INFEASIBLE: metrics.get(EVAL_INFEASIBLE),
+        VALIDATION_COST: metrics.get(VALIDATION_COST),
+        TRAIN_BEST_COST: metrics.get(TRAIN_BEST_COST),
+        "epochs": metrics.get(EPOCH),
+        "seconds": metrics.get("time_total_s"),
+        PEAK_RSS_GB: metrics.get(PEAK_RSS_GB),
+        "error": None if result.error is None else one_line(result.error),
+        "config": {key: dotted_get(config, key) for key in keys},
+    }
+
+
+def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
+    """One trial (the config's variant and seed) as a sweep of its own (``linc-tune``)."""
+    from orchestration.report.tables import ablation_table
+
+    run = config.run
+    name = name or f"train-{run.variant}-{run.data.problem}-seed{run.train.seed}"
+    with Sweep(config, {"name": name, "kind": "train"}) as sweep:
+        rows = [result_row(r) for r in sweep.fit(config.raw)]
+    return sweep.result(rows, ablation_table(rows, compare_to=None))
+
+
+__all__ = ["Sweep", "SweepResult", "TrialFolderName", "result_row", "run_training", "start_ray"]

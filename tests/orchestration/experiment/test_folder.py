@@ -1,0 +1,129 @@
+"""The sweep's folder (orchestration.experiment.folder): one policy for every read and write, and
+one driver per sweep, the lease, on a folder and on a real S3 server (moto, 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from faults.servers import S3Server
+from orchestration.data.storage import StorageUnavailableError, open_filesystem
+from orchestration.experiment import folder as folder_module
+from orchestration.experiment.folder import LEASE_FILE, SweepFolder
+from orchestration.failures import SweepRefused
+
+
+@pytest.fixture(autouse=True)
+def quick_settle(monkeypatch) -> None:
+    monkeypatch.setattr(folder_module, "SETTLE_S", 0.05)
+
+
+def take(tmp_path: Path, sweep: str, **ttl):
+    return SweepFolder(pafs.LocalFileSystem(), str(tmp_path)).take_lease(sweep, **ttl)
+
+
+def record(folder: Path) -> dict:
+    return json.loads((folder / LEASE_FILE).read_text())
+
+
+def test_a_held_lease_refuses_a_second_driver_naming_sweep_and_holder(tmp_path: Path) -> None:
+    held = take(tmp_path, "ablation-paper")
+    assert record(tmp_path)["pid"] == os.getpid()
+    with pytest.raises(SweepRefused) as refused:
+        take(tmp_path, "ablation-paper")
+    message = str(refused.value)
+    assert message.startswith("ablation-paper: another driver is running this sweep (")
+    assert f"pid {os.getpid()}," in message and str(tmp_path / LEASE_FILE) in message
+    held.release()
+    assert not (tmp_path / LEASE_FILE).exists()
+    take(tmp_path, "ablation-paper").release()  # free again
+
+
+def test_a_dead_holder_on_this_host_and_an_expired_one_are_taken_over(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    held = take(tmp_path, "s")
+    held._stop.set()  # the holder stops renewing, as a killed one does
+    stale = record(tmp_path) | {"pid": int(dead.stdout)}
+    (tmp_path / LEASE_FILE).write_text(json.dumps(stale))
+    taken = take(tmp_path, "s")  # its process is gone: no wait
+    assert record(tmp_path)["token"] == taken.token
+    taken._stop.set()
+    other_host = record(tmp_path) | {"host": "elsewhere", "renewed": time.time() - 10}
+    (tmp_path / LEASE_FILE).write_text(json.dumps(other_host))
+    with pytest.raises(SweepRefused, match="elsewhere pid"):
+        take(tmp_path, "s", ttl_s=60)
+    take(tmp_path, "s", ttl_s=5).release()  # older than its ttl
+
+
+def test_of_two_drivers_writing_at_once_only_the_last_one_holds(tmp_path: Path, monkeypatch):
+    """Both found no lease; the rival's record lands while this driver waits to read its own
+    back: this one refuses, naming the rival."""
+
+    def a_rival_writes_meanwhile(seconds: float) -> None:
+        rival = record(tmp_path) | {"host": "node-2", "pid": 4242, "token": "rival"}
+        (tmp_path / LEASE_FILE).write_text(json.dumps(rival))
+
+    monkeypatch.setattr(folder_module.time, "sleep", a_rival_writes_meanwhile)
+    with pytest.raises(SweepRefused, match="node-2 pid 4242"):
+        take(tmp_path, "s")
+    assert record(tmp_path)["token"] == "rival"
+
+
+def test_the_lease_works_on_s3() -> None:
+    server = S3Server().start()
+    try:
+        filesystem, root = open_filesystem(server.uri("tune"))
+        folder = SweepFolder(filesystem, f"{root}/sweep")
+        held = folder.take_lease("sweep")
+        with pytest.raises(SweepRefused, match=f"pid {os.getpid()},"):
+            folder.take_lease("sweep")
+        held.release()
+        folder.write_json("linc_sweep.json", {"parent_run_id": "r"})
+        assert folder.record() == {"parent_run_id": "r"}
+        assert folder.read("absent.json") is None
+        missing = filesystem.get_file_info(f"{root}/sweep/{LEASE_FILE}").type
+        assert missing == pafs.FileType.NotFound
+    finally:
+        server.stop()
+
+
+def test_one_policy_for_every_read_and_write(tmp_path: Path, monkeypatch) -> None:
+    """Absent reads as None; JSON cut short or no mapping reads as None from read_json; a
+    storage error is retried, then raises one StorageUnavailableError naming the file; a
+    write is atomic and creates its folders."""
+    monkeypatch.setattr(folder_module, "ATTEMPTS", 3)
+    folder = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "sweep"))
+    assert folder.read("linc_sweep.json") is None and folder.record() is None
+    assert folder.listing() == []
+    folder.write("trial_000/checkpoint_000001/latest.pt.json", b'{"global_step": 3}')
+    child = folder.child("trial_000").child("checkpoint_000001")
+    assert child.read_json("latest.pt.json") == {"global_step": 3}
+    folder.write("cut.json", b'{"global_st')
+    folder.write("list.json", b"[1, 2]")
+    assert folder.read_json("cut.json") is None and folder.read_json("list.json") is None
+    assert folder.read("cut.json") == b'{"global_st'
+    folder.delete("trial_000")
+    folder.delete("trial_000")  # gone already: nothing to do
+    assert sorted(i.base_name for i in folder.listing()) == ["cut.json", "list.json"]
+    assert folder.sibling("sweep-more1").path == str(tmp_path / "sweep-more1")
+    # a storage that keeps failing (here: a folder where a file should be), each try counted
+    folder.write("state.json/x", b"")
+    tries = []
+    monkeypatch.setattr("orchestration.data.storage.time.sleep", tries.append)
+    with pytest.raises(StorageUnavailableError) as failed:
+        folder.read("state.json")
+    assert len(tries) == 2  # three tries, two waits between them
+    told = str(failed.value)
+    assert told.startswith(f"could not read {tmp_path / 'sweep' / 'state.json'} after 3 attempts")

@@ -1,0 +1,151 @@
+"""orchestration.experiment.ray_compat: the workarounds of the pinned Ray, each shown against
+the Ray code it mends (so that a Ray upgrade that no longer needs one, or breaks one, fails
+here)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import ray
+
+from orchestration.config.sections import ConsoleSpec
+from orchestration.experiment.ray_compat import PINNED_RAY
+
+
+@contextmanager
+def console_of(logger_name: str) -> Iterator[io.StringIO]:
+    """What ``logger_name`` shows on the console (``LEVEL message``) once linc's console is
+    prepared (its filters installed)."""
+    from orchestration.experiment.console import prepare_console
+
+    logger = logging.getLogger(logger_name)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    try:
+        prepare_console(ConsoleSpec())
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_the_workarounds_are_for_the_installed_ray() -> None:
+    assert ray.__version__ == PINNED_RAY  # an upgrade: revisit every workaround of the module
+
+
+def test_a_new_local_ray_keeps_token_authentication_without_its_notice(monkeypatch) -> None:
+    """Ray 2.60 turns token authentication on for a new local Ray when ``RAY_AUTH_MODE`` is
+    unset, and warns at every start; the notice is dropped, its other warnings are not."""
+    from ray._private.authentication import authentication_token_setup as setup
+
+    from orchestration.experiment.ray_compat import quiet_token_auth_notice
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setattr(setup, "_enable_token_auth", lambda: None)
+    quiet_token_auth_notice()
+    with console_of(setup.logger.name) as stream:
+        assert setup.enable_token_auth_by_default()  # on, as Ray decides
+        setup._warn_token_auth_disabled()  # a cluster without authentication: still said
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("WARNING Token authentication is disabled")
+
+
+def test_tune_deleting_a_checkpoint_already_gone_is_one_warning_line(tmp_path) -> None:
+    """A driver killed between Tune's deletion of an old checkpoint and its next snapshot of
+    the experiment state leaves a record naming a folder that is gone. Ray's own checkpoint
+    manager then raises FileNotFoundError when the re-run registers a new checkpoint (the
+    state of Ray 2.60 this guards), and its controller logs that with a traceback: the console
+    shows one warning line instead."""
+
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+
+    folders = [tmp_path / f"checkpoint_00000{i}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
+    for folder in folders[:2]:
+        manager.register_checkpoint(_TrainingResult(Checkpoint(str(folder)), {}))
+    folders[0].rmdir()  # deleted by the killed driver after its last snapshot
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    with console_of(controller.name) as stream:
+        try:
+            manager.register_checkpoint(_TrainingResult(Checkpoint(str(folders[2])), {}))
+        except FileNotFoundError:  # as Tune's controller catches it
+            controller.exception("Trial %s: Error handling checkpoint %s", "trial_0", "cp")
+        else:  # a Ray that tolerates a gone folder: nothing reaches the console at all
+            assert not folders[0].exists()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) <= 1 and "Traceback" not in stream.getvalue()
+    if lines:
+        assert lines[0].startswith("WARNING trial_0: a checkpoint in Tune's record")
+        assert f"storage ({folders[0]}), deleted before" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[1].name, folders[2].name]
+
+
+def test_a_failed_copy_of_tunes_state_is_one_warning_line() -> None:
+    """Ray's background syncer (its copy of the experiment state to storage) logs a failed copy
+    with the whole traceback in the message; the console shows the error's last line."""
+
+    from ray.train._internal.syncer import _BackgroundSyncer
+
+    def copy_to_full_storage() -> None:
+        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    class FullStorageSyncer(_BackgroundSyncer):
+        def _sync_up_command(self, local_path, uri, exclude=None):
+            return copy_to_full_storage, {}
+
+        def _sync_down_command(self, uri, local_path):
+            return copy_to_full_storage, {}
+
+        def _delete_command(self, uri):
+            return copy_to_full_storage, {}
+
+    with console_of("ray.train._internal.syncer") as stream:
+        syncer = FullStorageSyncer()
+        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))
+        syncer._launch_sync_process(syncer._sync_up_command("a", "b"))  # waits on the first
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "WARNING could not copy Tune's experiment state to storage (OSError: Error writing bytes "
+        "to file. Detail: [errno 28] No space left on device); retried at its next save"
+    ]
+
+
+def test_a_failed_save_of_tunes_state_is_one_warning_line() -> None:
+    """Tune's experiment state logs a failed save with ``exc_info`` (Ray 2.60's wording)."""
+    logger = logging.getLogger("ray.tune.execution.experiment_state")
+    with console_of(logger.name) as stream:
+        try:
+            raise OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space")
+        except OSError:
+            logger.error(
+                "Saving experiment state to storage at '/runs/x' failed with exception: ",
+                exc_info=True,
+            )
+    assert stream.getvalue().splitlines() == [
+        "WARNING could not copy Tune's experiment state to storage (OSError: [Errno 28] Error "
+        "writing bytes to file. Detail: [errno 28] No space); retried at its next save"
+    ]
+
+
+def test_a_checkpoint_gone_while_ray_deletes_it_is_one_warning_line(tmp_path, monkeypatch):
+    """The same folder gone between Ray's look at it and its deletion: Ray's storage helper
+    logs that with a traceback of its own; the console shows one warning line."""
+    import pyarrow.fs as pafs
+    from ray.train._internal import storage
+
+    monkeypatch.setattr(storage, "_is_directory", lambda fs, path: True)  # it was, a moment ago
+    gone = tmp_path / "checkpoint_000001"
+    with console_of("ray.train._internal.storage") as stream:
+        storage._delete_fs_path(pafs.LocalFileSystem(), str(gone))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stream.getvalue()
+    assert lines[0].startswith("WARNING a trial: a checkpoint in Tune's record")
+    assert f"storage ({gone}), deleted before" in lines[0]

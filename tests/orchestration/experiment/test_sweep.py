@@ -1,0 +1,61 @@
+"""orchestration.experiment.sweep: the sweep's lifecycle in one object. An ablation whose trials
+fail ends in one line and a non-zero exit (no traceback), its runs settled FAILED; a sweep whose
+lease another driver holds is refused before anything of it is created."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestration.experiment.folder import SweepFolder
+from orchestration.experiment.sweep import Sweep
+from orchestration.failures import SweepRefused
+from sweeps.compose import load_platform_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_an_ablation_with_a_failing_trial_ends_in_one_line(tmp_path) -> None:
+    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    command = [sys.executable, "-m", "sweeps.ablation", "preset=smoke"]
+    command += [f"cluster.storage={tmp_path / 'runs'}", "cluster.max_failures=0"]
+    command += ["fault.fail_at_epoch=1", "cluster.reuse_actors=false"]
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "Trials did not complete" not in output
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("linc-ablation: ablation-smoke: 2 of 2 trials failed after 0 retries")
+    assert "InjectedFault: fault.fail_at_epoch=1: failing on purpose" in line
+    assert "ablation-smoke: 2 trials: 0 finished, 2 failed, 0 retried" in done.stdout
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("linc-smoke")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FAILED"}
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    assert {"ablation_table.md", "ablation_rows.json"} <= {
+        a.path for a in client.list_artifacts(parent.info.run_id)
+    }
+
+
+def test_a_sweep_another_driver_holds_is_refused_before_anything_of_it(tmp_path) -> None:
+    config = load_platform_config(["preset=smoke", f"cluster.storage={tmp_path / 'runs'}"])
+    folder = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "runs" / "s"))
+    held = folder.take_lease("s")
+    try:
+        refused = pytest.raises(SweepRefused, match="s: another driver is running this sweep")
+        with refused, Sweep(config, {"name": "s", "kind": "train"}) as sweep:
+            sweep.fit(config.raw)
+    finally:
+        held.release()
+    assert folder.record() is None  # no parent run opened, nothing recorded
+    assert sorted(p.name for p in (tmp_path / "runs" / "s").iterdir()) == []

@@ -1,0 +1,80 @@
+"""orchestration.tracking.runs: a sweep's MLflow runs behind one object. A new parent run is
+recorded as the sweep's folder keeps it; settling gives every trial run left RUNNING the status
+its Tune result says, tags each with its final checkpoint, and ends the parent with the sweep's
+summary. (Re-opening rules and a stopped sweep: tests/faults/test_faults.py.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.fs as pafs
+from mlflow.tracking import MlflowClient
+
+from orchestration.tracking.runs import SweepRuns
+from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
+from orchestration.tracking.target import TrackingTarget
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    filesystem: pafs.FileSystem = field(default_factory=pafs.LocalFileSystem)
+
+
+@dataclass
+class Result:
+    """The attributes of a Tune result the settlement reads."""
+
+    metrics: dict
+    error: Exception | None = None
+    checkpoint: Checkpoint | None = None
+
+
+def test_settling_gives_each_trial_run_its_results_status(tmp_path: Path) -> None:
+    target = TrackingTarget(f"sqlite:///{tmp_path / 'mlflow.db'}", "runs-test")
+    sweep = {"name": "s", "kind": "ablation"}
+    runs = SweepRuns.open(target, sweep, {"train.epochs": "2"}, str(tmp_path / "s"), None)
+    parent_id = runs.parent.run_id
+    assert runs.record == {
+        "parent_run_id": parent_id,
+        "name": "s",
+        "tracking_uri": target.uri,
+        "experiment_path": str(tmp_path / "s"),
+    }
+    trials = runs.for_trials(("train.learning_rate",))
+    assert (trials.parent_run_id, trials.sweep) == (parent_id, "s")
+    client = MlflowClient(tracking_uri=target.uri)
+    experiment = target.experiment_id()
+    ids = {}
+    for name in ("done", "pruned", "failed"):
+        tags = {PARENT_RUN_TAG: parent_id, TRIAL_TAG: name, "variant": "full_linc"}
+        ids[name] = client.create_run(experiment, tags=tags).info.run_id
+    (tmp_path / "s" / "done" / "checkpoint_000002").mkdir(parents=True)
+    results = [
+        Result(
+            {"trial_id": "done", "completed": 1, "eval_cost": 5.0, "epoch": 2},
+            checkpoint=Checkpoint(str(tmp_path / "s" / "done" / "checkpoint_000002")),
+        ),
+        Result({"trial_id": "pruned", "epoch": 1}),
+        Result({"trial_id": "failed", "epoch": 1}, error=RuntimeError("boom")),
+    ]
+    model = runs.settle(
+        results, status="FAILED", timeout_s=30, texts={"table.md": "| a |"}, metrics={"x": 1.0}
+    )
+    assert model is None
+    done, pruned, failed = (client.get_run(ids[n]) for n in ("done", "pruned", "failed"))
+    assert (done.info.status, pruned.info.status, failed.info.status) == (
+        "FINISHED",
+        "FINISHED",
+        "FAILED",
+    )
+    assert done.data.tags["checkpoint"].endswith("done/checkpoint_000002/latest.pt")
+    assert "stopped_early" not in done.data.tags
+    assert pruned.data.tags["stopped_early"] == "true"
+    assert pruned.data.tags["stopped_at_epoch"] == "1"
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FAILED" and parent.data.params == {"train.epochs": "2"}
+    assert parent.data.metrics["trials"] == 3 and parent.data.metrics["trials_failed"] == 1
+    assert parent.data.metrics["best_eval_cost"] == 5.0 and parent.data.metrics["x"] == 1.0
+    assert {a.path for a in client.list_artifacts(parent_id)} == {"table.md"}
