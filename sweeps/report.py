@@ -83,8 +83,7 @@ def _register(tracking_uri: str, run_id: str, name: str) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    redact_logging()  # MLflow's and linc's warnings name the store: masked like every line
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="linc-report",
         description="The paper-shaped tables rebuilt from MLflow runs, and a trial's policy "
@@ -114,23 +113,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--run", default=None, help="register: the trial run whose final policy is registered"
     )
     parser.add_argument("--name", default="linc", help="register: the registered model's name")
-    args = parser.parse_args(argv)
-    if args.table == "register" and not args.run:
-        parser.error("register: --run RUN_ID is required (a finished trial run)")
-    from mlflow.tracking import MlflowClient
+    return parser
 
-    from orchestration.report.ablation import finished_trial_runs, run_rows
-    from orchestration.report.tables import ablation_table
+
+def _existing_store(given: str | None) -> str | None:
+    """The tracking store to read (None: there is none; the line saying so is printed)."""
     from orchestration.tracking.store import resolve_tracking_uri
 
-    tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    tracking_uri = given or os.environ.get("MLFLOW_TRACKING_URI")
     if tracking_uri is None and not Path(DEFAULT_STORE).exists():
         print(
             f"linc-report: no tracking store at {DEFAULT_STORE} (the sweeps' default); pass "
             "--tracking-uri or set MLFLOW_TRACKING_URI",
             file=sys.stderr,
         )
-        return 2
+        return None
     tracking_uri = resolve_tracking_uri(tracking_uri)
     if tracking_uri.startswith("sqlite:///"):
         database = Path(tracking_uri.removeprefix("sqlite:///"))
@@ -139,10 +136,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"linc-report: --tracking-uri: no database at {redact(str(database))}",
                 file=sys.stderr,
             )
-            return 2
-    client = MlflowClient(tracking_uri=tracking_uri)
+            return None
+    return tracking_uri
+
+
+def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dict[str, bytes]]:
+    """The table ``args.table`` of the trial ``rows`` and, for the ablation, its report files."""
+    from orchestration.report.tables import ablation_table
+
+    compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
+    if args.table == "benchmark":
+        return benchmark_table(rows), {}
+    if args.table == "budget":
+        return budget_table(rows), {}
+    from orchestration.report.ablation import collect, report_files
+
+    table = ablation_table(rows, compare_to)
+    data = collect(client, rows)
+    files = report_files(data, compare_to)
+    table += "\n\n" + files["ablation_statistics.md"].decode().rstrip()
+    if args.reference_curves is not None:
+        check = reference_curve_check(data.histories, args.reference_curves, args.reference_seed)
+        files["reference_curves.md"] = (check + "\n").encode()
+        table += "\n\n" + check
+    return table, files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    redact_logging()  # MLflow's and linc's warnings name the store: masked like every line
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.table == "register" and not args.run:
+        parser.error("register: --run RUN_ID is required (a finished trial run)")
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.report.ablation import finished_trial_runs, run_rows
+
+    tracking_uri = _existing_store(args.tracking_uri)
+    if tracking_uri is None:
+        return 2
     if args.table == "register":
         return _register(tracking_uri, args.run, args.name)
+    client = MlflowClient(tracking_uri=tracking_uri)
     try:
         rows = run_rows(finished_trial_runs(client, args.experiment, sweep=args.sweep))
     except LookupError as err:
@@ -150,25 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
-    compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
-    files: dict[str, bytes] = {}
-    if args.table == "ablation":
-        from orchestration.report.ablation import collect, report_files
-
-        table = ablation_table(rows, compare_to)
-        data = collect(client, rows)
-        files = report_files(data, compare_to)
-        table += "\n\n" + files["ablation_statistics.md"].decode().rstrip()
-        if args.reference_curves is not None:
-            check = reference_curve_check(
-                data.histories, args.reference_curves, args.reference_seed
-            )
-            files["reference_curves.md"] = (check + "\n").encode()
-            table += "\n\n" + check
-    elif args.table == "benchmark":
-        table = benchmark_table(rows)
-    else:
-        table = budget_table(rows)
+    table, files = _table(args, client, rows)
     print(table)
     if args.out is not None:
         files = {f"{args.table}_table.md": (table + "\n").encode()} | files
