@@ -31,23 +31,34 @@ from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
 
 
-def decode_config(policy: LincPolicy, source: EvaluationSource) -> DecodeConfig:
-    """The final-evaluation budget: z-sampling (or POMO starts for a model without z)."""
+def decode_config(
+    policy: LincPolicy, source: EvaluationSource, compiled: bool = False
+) -> DecodeConfig:
+    """The final-evaluation budget: z-sampling (or POMO starts for a model without z);
+    ``compiled``: the run's ``train.compile``, which the evaluation follows."""
     method = "multistart" if policy.config.z_dim == 0 else source.decoding
     return DecodeConfig(
-        method=method, num_z=source.rollouts, augment=source.augment, seed=source.seed
+        method=method,
+        num_z=source.rollouts,
+        augment=source.augment,
+        seed=source.seed,
+        compile=compiled,
     )
 
 
 def evaluate_trial(
-    policy: LincPolicy, instances: Instance, source: EvaluationSource, label: str = ""
+    policy: LincPolicy,
+    instances: Instance,
+    source: EvaluationSource,
+    label: str = "",
+    compiled: bool = False,
 ) -> Evaluation:
     """Decode ``instances`` (``[B]``) with the source's budget; exact Euclidean costs.
 
     A long evaluation prints a progress line every 30 s (``label`` names the trial): the
     driver's console shows the trial's last epoch, then nothing until it finishes.
     """
-    config = decode_config(policy, source)
+    config = decode_config(policy, source, compiled)
     pyvrp = None
     if source.pyvrp_seconds > 0:  # the reference each run's gap is measured against
         singles = [instances.select([i]) for i in range(instances.batch_size)]

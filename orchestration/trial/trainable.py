@@ -330,7 +330,9 @@ def _evaluate(
         return None
     instances, set_name = evaluation_instances
     final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
-    evaluation = evaluate_trial(final_policy, instances, plan.run.evaluation, plan.run_name)
+    evaluation = evaluate_trial(
+        final_policy, instances, plan.run.evaluation, plan.run_name, plan.run.train.compile
+    )
     log_evaluation(writer, evaluation, instances, set_name, work_dir / "evaluation")
     return evaluation_metrics(evaluation)
 
