@@ -93,7 +93,7 @@ def _type_name(hint: Any) -> str:
 
 def _section_classes() -> dict[str, type]:
     from linc_core.config import ModelConfig, TrainConfig
-    from orchestration.config import sections
+    from orchestration.config import sections, sweep_sections
 
     return {
         "task": sections.TaskSpec,
@@ -103,8 +103,8 @@ def _section_classes() -> dict[str, type]:
         "data": sections.DataSpec,
         "tracking": sections.TrackingSpec,
         "cluster": sections.ClusterSpec,
-        "ablation": sections.AblationSpec,
-        "search": sections.SearchSpec,
+        "ablation": sweep_sections.AblationSpec,
+        "search": sweep_sections.SearchSpec,
         "fault": sections.FaultSpec,
         "console": sections.ConsoleSpec,
     }

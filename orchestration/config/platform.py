@@ -19,16 +19,15 @@ from linc_core.runs.plan import RunPlan, resolve_run
 from linc_core.runs.protocols import variant_list
 from linc_core.utils.typed import ConfigError, build, within
 from orchestration.config.sections import (
-    AblationSpec,
     ClusterSpec,
     ConsoleSpec,
     DataSpec,
     FaultSpec,
     ModelSpec,
-    SearchSpec,
     TaskSpec,
     TrackingSpec,
 )
+from orchestration.config.sweep_sections import AblationSpec, SearchSpec
 
 SECTIONS = (
     "task",

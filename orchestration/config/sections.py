@@ -14,8 +14,7 @@ Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
 * ``data``: where training, validation and final-evaluation instances come from.
 * ``tracking``: MLflow store and experiment.
 * ``cluster``: Ray address, trial resources, data-parallel workers, retries, Tune storage.
-* ``ablation``: variants x seeds of the ablation sweep and the row its gaps compare to.
-* ``search``: the Optuna/ASHA hyper-parameter search.
+* ``ablation``, ``search``: what a sweep varies (:mod:`orchestration.config.sweep_sections`).
 * ``fault``: deliberate failures, for testing retries (off by default).
 * ``console``: what a sweep prints (one line per trial event, or Tune's own output).
 """
@@ -24,16 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from linc_core.config import ProblemName
-from linc_core.metrics import VALIDATION_COST
-from linc_core.presets import ABLATION_VARIANTS
 from linc_core.runs.plan import DataSource, EvaluationSource
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import check_fields, require
-
-SearchDistribution = Literal["uniform", "loguniform", "choice", "randint"]
 
 
 @dataclass(frozen=True)
@@ -273,113 +268,6 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True)
-class AblationSpec:
-    """An ablation: variants x seeds as one Tune experiment.
-
-    Attributes:
-        variants: the swept presets, or the name of a list (``paper``: the paper's twelve).
-        seeds: the training seeds; every variant trains once per seed.
-        compare_to: the variant the table's gaps are relative to (paired by seed and instance).
-        name: the sweep's name: its Tune experiment, its folder under ``cluster.storage`` and its
-            MLflow parent run.
-        resume: a re-run of the same sweep resumes it (finished trials kept); false starts a new
-            experiment.
-    """
-
-    variants: tuple[str, ...] = ABLATION_VARIANTS
-    seeds: tuple[int, ...] = (1234,)
-    compare_to: str = "full_linc"
-    name: str = "ablation"
-    resume: bool = True
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        require(bool(self.seeds), "seeds", self.seeds, "at least one seed")
-        require(
-            self.compare_to in self.variants,
-            "compare_to",
-            self.compare_to,
-            f"one of the swept variants {self.variants}",
-        )
-
-
-@dataclass(frozen=True)
-class SearchSpec:
-    """Optuna (TPE) through Tune's ``OptunaSearch``, in a persistent study, with ASHA early
-    stopping (single objective).
-
-    Attributes:
-        name: the search's name: its Optuna study, its Tune experiment and its parent run.
-        num_samples: how many finished trials the study should hold: re-running a search with a
-            larger one adds only the missing trials.
-        max_concurrent: trials run at once.
-        metric: the objective, any metric a trial reports (``validation_cost``, ``seconds`` per
-            epoch, ``eval_cost``...), or a list of them (a multi-objective search: its Pareto
-            front, no early stopping).
-        mode: ``min`` or ``max``, or one per metric.
-        storage: the study's SQLAlchemy URL; null: ``optuna.db`` beside a SQLite tracking
-            store, else in the local storage folder (:mod:`orchestration.experiment.study`).
-        grace_period: epochs ASHA lets every trial train before it may stop one.
-        reduction_factor: ASHA's halving rate: the share of trials kept at each rung is 1 over
-            it.
-        seed: the sampler's seed (TPE's draws).
-        space: the searched keys: a dotted config key (``train.learning_rate``,
-            ``model.overrides.scorer``) mapped to ``{"distribution": uniform, loguniform or
-            randint, "low", "high"}`` or ``{"distribution": "choice", "values": [...]}``.
-    """
-
-    name: str = "hpo"
-    num_samples: int = 8
-    max_concurrent: int = 2
-    metric: str | tuple[str, ...] = VALIDATION_COST
-    mode: Literal["min", "max"] | tuple[Literal["min", "max"], ...] = "min"
-    storage: str | None = None
-    grace_period: int = 1
-    reduction_factor: int = 2
-    seed: int = 0
-    space: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        for key in ("num_samples", "max_concurrent", "grace_period"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
-        require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, ">= 2")
-        require(bool(self.space), "space", self.space, "at least one parameter")
-        require(bool(self.metrics), "metric", self.metric, "a metric or a list of metrics")
-        require(
-            len(self.modes) == len(self.metrics),
-            "mode",
-            self.mode,
-            f"one mode (min or max) per metric ({len(self.metrics)})",
-        )
-        for key, spec in self.space.items():
-            where = f"space.{key}"
-            section = key.split(".", 1)[0]
-            require(section in ("train", "model") and "." in key, where, key, "train.F or model.F")
-            kind = spec.get("distribution")
-            require(kind in get_args(SearchDistribution), where, kind, str(SearchDistribution))
-            if kind == "choice":
-                require(bool(spec.get("values")), where, spec, "a non-empty values list")
-                continue
-            low, high = spec.get("low"), spec.get("high")
-            numbers = isinstance(low, int | float) and isinstance(high, int | float)
-            require(numbers and low < high, where, spec, "numeric low < high")
-            require(kind != "loguniform" or low > 0, where, spec, "low > 0 for loguniform")
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return (self.metric,) if isinstance(self.metric, str) else tuple(self.metric)
-
-    @property
-    def modes(self) -> tuple[str, ...]:
-        return (self.mode,) if isinstance(self.mode, str) else tuple(self.mode)
-
-    @property
-    def multi_objective(self) -> bool:
-        return len(self.metrics) > 1
-
-
-@dataclass(frozen=True)
 class FaultSpec:
     """Deliberate failures for the fault matrix, each once, in a trial not restored from a
     checkpoint, right after that epoch's checkpoint (so the retry resumes from it).
@@ -424,14 +312,11 @@ class ConsoleSpec:
 
 
 __all__ = [
-    "AblationSpec",
     "ClusterSpec",
     "ConsoleSpec",
     "DataSpec",
     "FaultSpec",
     "ModelSpec",
-    "SearchDistribution",
-    "SearchSpec",
     "TaskSpec",
     "TrackingSpec",
 ]

@@ -22,7 +22,7 @@ from ray import tune
 
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_params
-from orchestration.config.sections import SearchSpec
+from orchestration.config.sweep_sections import SearchSpec
 from orchestration.experiment.preflight import check_database
 from orchestration.experiment.ray_compat import SweepASHAScheduler, SweepFIFOScheduler
 from orchestration.experiment.study import (

@@ -25,7 +25,7 @@ from ray.tune.search.optuna import OptunaSearch
 from linc_core.utils.secrets import redact
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import ConfigError
-from orchestration.config.sections import SearchSpec
+from orchestration.config.sweep_sections import SearchSpec
 
 STUDY_FILE = "optuna.db"
 # The real URL of each masked one this process opened (what an unpickled storage reconnects to).

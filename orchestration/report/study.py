@@ -15,7 +15,7 @@ from typing import Any
 
 from linc_core.utils.plotting import png_bytes
 from orchestration.config.platform import dotted_params
-from orchestration.config.sections import SearchSpec
+from orchestration.config.sweep_sections import SearchSpec
 
 logger = logging.getLogger(__name__)
 
