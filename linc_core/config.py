@@ -199,8 +199,8 @@ class TrainConfig:
         compile: run the rollouts' decision step and the replay's forward and backward pass
             under ``torch.compile`` (``linc_core.utils.compiling``: inductor on CPU, CUDA graphs
             for the decisions on CUDA), validation decoding too. The same losses up to float
-            rounding; the compile time is paid once per shape and process (README, Compiled
-            steps, gives both and why the default is eager).
+            rounding; the compile time is paid once per shape and process (docs/how-to/gpu.md,
+            Compiled steps, gives both and why the default is eager).
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         seed: every random stream of a run derives from it.
         init: initial weights: ``linc`` (PyTorch's defaults drawn under a seed derived from

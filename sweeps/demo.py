@@ -55,7 +55,7 @@ def demo(config) -> int:
     print(
         f"\n{seeds} seed(s) x {config.run.train.epochs} epochs: a smoke-scale check of the "
         "platform, not a result; the protocol run is linc-ablation preset=cpu-repro "
-        "'ablation.seeds=[1234,42,2026]' (README, Ablation)."
+        "'ablation.seeds=[1234,42,2026]' (docs: Sweeps, Ablation)."
     )
     print_mlflow_ui(result.tracking_uri, result.parent_run_id, result.registered)
     return 0

@@ -74,7 +74,7 @@ CASES = _cases()
 
 def test_the_pages_hold_commands_to_run() -> None:
     # the check cannot pass by finding nothing: the README's and the docs' commands are many
-    assert len(CASES) >= 15, CASES
+    assert len(CASES) >= 10, CASES
 
 
 @pytest.mark.parametrize(("page", "command"), CASES, ids=[f"{p}: {c}"[:90] for p, c in CASES])

@@ -81,7 +81,7 @@ def _train_rate(variant: str, precision_name: str, ctx: CheckContext, steps: int
 
 def _rl4co_row(ctx: CheckContext, steps: int) -> Row:
     """rl4co 0.7.0 PolyNet at our training batch and sizes on CUDA, where its wheels were
-    carried (README, GPU); not run otherwise."""
+    carried (docs/how-to/gpu.md); not run otherwise."""
     name = f"train rl4co PolyNet fp32 n={CUSTOMERS} B={BATCH} K={ROLLOUTS}"
     try:
         from bench.bench_train import rl4co_step_seconds

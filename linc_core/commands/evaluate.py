@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="torch.compile the decision step (DecodeConfig.compile; README, Compiled steps)",
+        help="torch.compile the decision step (DecodeConfig.compile; docs: GPU runs)",
     )
     p.add_argument(
         "--max-customers",

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         default=None,
-        help="torch.compile the decision and replay steps (train.compile; README, Compiled steps)",
+        help="torch.compile the decision and replay steps (train.compile; docs: GPU runs)",
     )
     p.add_argument("--out", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint to resume from")

@@ -34,7 +34,8 @@ class DecodeConfig:
         compile: decode with the decision step under ``torch.compile`` (one graph, inductor on
             CPU, CUDA graphs on CUDA: ``linc_core.utils.compiling``), every rollout decided at
             every step. Same solutions as eager up to float rounding of the fused arithmetic;
-            its compile time is paid once per chunk shape and process (README, Compiled steps).
+            its compile time is paid once per chunk shape and process (docs/how-to/gpu.md,
+            Compiled steps).
     """
 
     method: DecodeMethod = "sampling"

@@ -32,7 +32,7 @@ spec field                  read by
 The built-in problems (``cvrptw``, ``cvrp``, ``tsp``) are imported on first use, so reading a
 spec never loads what the consumers are built from (the model, PyVRP); a problem defined
 elsewhere (a notebook, a test) joins with :func:`register_problem` and is then read through the
-same registry. Adding a problem: README, "Adding a problem";
+same registry. Adding a problem: docs/tutorials/add_a_problem.py;
 ``tests/linc_core/problems/test_extra_problem.py`` registers one (CVRP with a route-length
 limit) from one module and trains, decodes and verifies it.
 """

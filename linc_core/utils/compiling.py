@@ -16,7 +16,7 @@ How a step is compiled, per device:
   states it is handed. The training replay's shapes change from step to step (the packed
   decisions), so it runs inductor's default mode there (a graph per shape would be recorded).
 
-A compiled step costs its compile time once per shape (and per process): see README,
+A compiled step costs its compile time once per shape (and per process): see docs/how-to/gpu.md,
 "Compiled steps", for the measured figures.
 """
 

@@ -69,7 +69,7 @@ class ServingLimits:
     max_customers: int = 1000  # per instance (the largest Gehring-Homberger set)
     max_budget: int = 2_000_000  # sum over rows of rollouts x augment x customers
     deadline_seconds: float = 30.0  # decoding stops past it (clamped to MLflow's timeout)
-    compile: bool = False  # 0 or 1: torch.compile the decision step (README, Compiled steps)
+    compile: bool = False  # 0 or 1: torch.compile the decision step (docs: GPU runs)
 
     @classmethod
     def from_environment(cls, environ: Any = os.environ) -> ServingLimits:
