@@ -18,11 +18,20 @@ import contextlib
 import dataclasses
 import io
 import re
+import sys
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
+
+# The fault matrix (faults/) and the benches are not installed packages: the generators import
+# them from the repository, wherever mkdocs was started (its console script puts only its own
+# bin folder on sys.path).
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 MARKERS = ("config", "cli", "metrics", "faults")
 
