@@ -26,17 +26,17 @@ from typing import Any
 
 from mkdocs.exceptions import PluginError
 
-# The fault matrix (faults/) and the benches are not installed packages: the generators import
-# them from the repository, wherever mkdocs was started (its console script puts only its own
-# bin folder on sys.path).
+# The fault matrix (faults/) is not an installed package: the generators import it from the
+# repository, wherever mkdocs was started (its console script puts only its bin folder on
+# sys.path). Added when a page is built: mkdocs restores sys.path after loading a hook.
 _ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
 MARKERS = ("config", "cli", "metrics", "faults")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if _ROOT not in sys.path:
+        sys.path.append(_ROOT)
     for name in MARKERS:
         marker = f"<!-- linc:{name} -->"
         if marker in markdown:
