@@ -148,6 +148,8 @@ class TrackingSpec:
         parent_run_id: filled in by the sweep driver: the sweep's parent run, under which each
             trial's run is nested.
         sweep: filled in by the sweep driver: the sweep's name, a tag of every trial run.
+        trial_number: filled in by a search's searcher: the trial's number in the search's
+            Optuna study (its run's name starts with it; ``orchestration.experiment.study``).
         flush_timeout_s: how long a finished trial (or the driver) waits for an unreachable
             store to take its last records (``orchestration.tracking.writer``); what is left
             stays in the trial's final checkpoint.
@@ -161,6 +163,7 @@ class TrackingSpec:
     artifact_location: str | None = None
     parent_run_id: str | None = None
     sweep: str | None = None
+    trial_number: int | None = None
     flush_timeout_s: float = 600.0
     register: str | None = None
 

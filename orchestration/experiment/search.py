@@ -7,9 +7,17 @@ restores every stage (an interrupted trial continues from its checkpoint, finish
 kept), then, if the study holds fewer finished trials than ``search.num_samples``, starts one
 more stage for the missing trials only; TPE conditions them on every trial before.
 
-At the end the parent run gets the best values (tags ``best.KEY``, ``best_METRIC``) or, for a
-multi-objective search, the Pareto front (``pareto_front.md``), the study's trials table and
-Optuna's figures (:mod:`orchestration.report.study`).
+At the end the parent run gets the study's trials table and Optuna's figures
+(:mod:`orchestration.report.study`) and
+
+* one objective: the best trial's values (tags ``best.KEY``, ``best_config.json``), its
+  objective (``best_METRIC``) and run (``best_run``; ``best_eval_cost`` is its evaluation): every
+  ``best_*`` from the one trial the study calls best;
+* several objectives, no single best: the Pareto front (tags ``pareto_front.trials``,
+  ``pareto_front.run_ids`` and one ``pareto_front.trial_N`` per front trial with its values and
+  run; ``pareto_front.md``, ``pareto_front.json``) and each objective's optimum named as such
+  (metric ``lowest_METRIC`` or ``highest_METRIC``, tags ``lowest_METRIC.trial`` and
+  ``.run_id``), which may come from different trials.
 """
 
 from __future__ import annotations
@@ -20,12 +28,16 @@ from typing import Any
 
 from ray import tune
 
+from linc_core.metrics import EVAL_COST
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig, dotted_params
 from orchestration.config.sweep_sections import SearchSpec
 from orchestration.experiment.preflight import check_database
 from orchestration.experiment.ray_compat import SweepASHAScheduler, SweepFIFOScheduler
 from orchestration.experiment.study import (
+    MLFLOW_RUN_ATTR,
+    RUN_FINDERS,
+    TUNE_TRIAL_ATTR,
     finished_trials,
     open_study,
     searcher,
@@ -34,7 +46,8 @@ from orchestration.experiment.study import (
 from orchestration.experiment.sweep import Sweep, SweepResult, result_row
 from orchestration.failures import SweepRefused
 from orchestration.report.study import pareto_table, study_figures, study_table
-from orchestration.tracking.writer import RunWriter
+from orchestration.tracking.runs import BestChoice, SweepRuns
+from orchestration.tracking.store import TRIAL_TAG
 
 
 def search_space(spec: SearchSpec) -> dict[str, Any]:
@@ -109,22 +122,30 @@ def run_search(config: PlatformConfig) -> SweepResult:
         study = open_study(spec, url, quiet=config.console.verbosity != "tune")
         param_space = config.with_values(**search_space(spec))
         rows: list[dict[str, Any]] = []
-        for index, stage in enumerate(stage_names(spec)):
-            missing = spec.num_samples - finished_trials(study)
-            if not sweep.has_experiment(stage) and missing <= 0:
-                break
-            tuned = _tune_config(config, spec, url, max(missing, 1), index)
-            rows += [result_row(r, keys) for r in sweep.fit(param_space, tuned, stage)]
-        best = _log_study(sweep.runs.parent, study, spec, url)
+        tracking, parent_id = sweep.runs.tracking, str(sweep.runs.parent.run_id)
+        RUN_FINDERS[spec.name] = lambda trial_id: _quietly(
+            tracking.trial_run_id, parent_id, trial_id
+        )
+        try:
+            for index, stage in enumerate(stage_names(spec)):
+                missing = spec.num_samples - finished_trials(study)
+                if not sweep.has_experiment(stage) and missing <= 0:
+                    break
+                tuned = _tune_config(config, spec, url, max(missing, 1), index)
+                rows += [result_row(r, keys) for r in sweep.fit(param_space, tuned, stage)]
+        finally:
+            RUN_FINDERS.pop(spec.name, None)
+        best = _log_study(sweep.runs, study, spec, url)
         described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
         sweep.finish_with(description=described)
     study_at = (spec.name, redact(url))
     return sweep.result(rows, study_table(study, spec), study=study_at, best=best)
 
 
-def _log_study(parent: RunWriter, study: Any, spec: SearchSpec, url: str) -> Any:
-    """The study's results on the parent run; the best trial's values and objective, or the
-    Pareto front's (a list), None when no trial completed."""
+def _log_study(runs: SweepRuns, study: Any, spec: SearchSpec, url: str) -> Any:
+    """The study's results on the parent run (see the module docstring); the best trial's
+    values and objective, or the Pareto front's (a list), None when no trial completed."""
+    parent = runs.parent
     parent.set_tags({"optuna.study": spec.name, "optuna.storage": redact(url)})
     parent.log_text(study_table(study, spec), "study_trials.md")
     for name, png in study_figures(study, spec).items():
@@ -132,21 +153,96 @@ def _log_study(parent: RunWriter, study: Any, spec: SearchSpec, url: str) -> Any
     complete = [t for t in study.get_trials(deepcopy=False) if t.values is not None]
     if not complete:
         return None
+    run_ids = _trial_run_ids(runs, study)
     if spec.multi_objective:
-        parent.log_text(pareto_table(study, spec), "pareto_front.md")
-        front = sorted(study.best_trials, key=lambda t: t.values[0])
-        return [_values(t, spec) for t in front]
+        return _log_front(runs, study, spec, complete, run_ids)
     values = dotted_params(study.best_trial.params)
     parent.log_text(json.dumps(values, indent=2), "best_config.json")
     parent.set_tags({f"best.{key}": str(value) for key, value in values.items()})
     best = _values(study.best_trial, spec)
     parent.log_metrics({f"best_{metric}": best[metric] for metric in spec.metrics})
+    chosen = run_ids.get(study.best_trial.number)
+    if chosen is not None:
+        why = f"the study's best {spec.metrics[0]} ({spec.modes[0]}), trial {best['trial']}"
+        runs.best = BestChoice(chosen, why)
     return best
 
 
+def _log_front(
+    runs: SweepRuns, study: Any, spec: SearchSpec, complete: list[Any], run_ids: dict[int, str]
+) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto front and per-objective optima on the parent run (see
+    the module docstring); the front, each trial's values with its ``trial`` and ``run_id``."""
+    parent = runs.parent
+    front = [
+        _values(t, spec) | {"run_id": run_ids.get(t.number)}
+        for t in sorted(study.best_trials, key=lambda t: (t.values[0], t.number))
+    ]
+    parent.log_text(pareto_table(study, spec), "pareto_front.md")
+    parent.log_text(json.dumps(front, indent=2), "pareto_front.json")
+    tags = {
+        "pareto_front.trials": ", ".join(str(f["trial"]) for f in front),
+        "pareto_front.run_ids": ", ".join(str(f["run_id"]) for f in front),
+    }
+    for trial in front:
+        shown = " ".join(f"{m}={trial[m]:.6g}" for m in spec.metrics)
+        tags[f"pareto_front.trial_{trial['trial']}"] = f"{shown} run={trial['run_id']}"
+    metrics: dict[str, float] = {"pareto_front_size": float(len(front))}
+    for index, (metric, mode) in enumerate(zip(spec.metrics, spec.modes, strict=True)):
+        pick = min if mode == "min" else max
+        optimum = pick(complete, key=lambda t: (t.values[index], t.number))
+        named = f"{'lowest' if mode == 'min' else 'highest'}_{metric}"
+        metrics[named] = optimum.values[index]
+        tags[f"{named}.trial"] = str(optimum.number)
+        tags[f"{named}.run_id"] = str(run_ids.get(optimum.number))
+    parent.log_metrics(metrics)
+    parent.set_tags(tags)
+    # the policy registered: the front's lowest eval_cost (an evaluation, not a best)
+    costs = {r.info.run_id: r.data.metrics.get(EVAL_COST) for r in _child_runs(runs)}
+    on_front = [f["run_id"] for f in front if costs.get(f["run_id"]) is not None]
+    chosen = min(on_front, key=lambda run_id: costs[run_id]) if on_front else None
+    why = "lowest eval_cost " + (
+        "on the Pareto front" if on_front else "(none on the front has one)"
+    )
+    runs.best = BestChoice(chosen, why, single=False)
+    return front
+
+
+def _child_runs(runs: SweepRuns) -> list[Any]:
+    return _quietly(runs.tracking.child_runs, str(runs.parent.run_id)) or []
+
+
+def _trial_run_ids(runs: SweepRuns, study: Any) -> dict[int, str]:
+    """Study trial number -> its MLflow run id: the run's ``optuna.trial_number`` tag, else
+    the trial's ``mlflow_run_id`` or ``tune_trial_id`` (a run of an older search)."""
+    found: dict[int, str] = {}
+    trials = study.get_trials(deepcopy=False)
+    by_tune_id = {t.user_attrs.get(TUNE_TRIAL_ATTR): t.number for t in trials}
+    for run in _child_runs(runs):
+        tags = run.data.tags
+        number = tags.get("optuna.trial_number")
+        number = int(number) if number and number.isdigit() else by_tune_id.get(tags.get(TRIAL_TAG))
+        if number is not None:
+            found[number] = run.info.run_id
+    for trial in trials:
+        recorded = trial.user_attrs.get(MLFLOW_RUN_ATTR)
+        if trial.number not in found and recorded:
+            found[trial.number] = recorded
+    return found
+
+
+def _quietly(call: Any, *args: Any) -> Any:
+    """``call(*args)``, None when the tracking store fails (it costs the links, not the sweep)."""
+    try:
+        return call(*args)
+    except Exception:  # noqa: BLE001 - the store's trouble is the settlement's to report
+        return None
+
+
 def _values(trial: Any, spec: SearchSpec) -> dict[str, Any]:
-    """A study trial's searched values (as config keys) and its objective values."""
-    return dotted_params(trial.params) | dict(zip(spec.metrics, trial.values, strict=True))
+    """A study trial's number, searched values (as config keys) and objective values."""
+    values = dict(zip(spec.metrics, trial.values, strict=True))
+    return {"trial": trial.number} | dotted_params(trial.params) | values
 
 
 __all__ = ["run_search", "search_space", "stage_names"]

@@ -8,6 +8,14 @@ re-run of the same search continues it (:mod:`orchestration.experiment.search`).
 ``OptunaSearch`` writes it from the driver; :class:`SweepOptunaSearch` ends a trial that the
 scheduler stopped early as PRUNED (Tune's own would call it COMPLETE with its last value).
 
+A study trial and its MLflow run name each other: the searcher hands every trial it suggests
+its study number (``tracking.trial_number`` in the trial's config: the run's name starts with
+it, the run is tagged ``optuna.trial_number`` and ``optuna.study``, the trial's folder is
+numbered by it) and records Tune's trial id in the study trial (user attr ``tune_trial_id``);
+when the trial ends, the driver's :data:`RUN_FINDERS` give its run's id, recorded in the study
+trial as ``mlflow_run_id``. The study names its objectives (``set_metric_names``): the
+dashboard's axes are ``validation_cost``, ``seconds``, not ``0``, ``1``.
+
 Tune pickles the searcher, and with it the study's storage, into its saved state (``tuner.pkl``,
 ``searcher-state-*.pkl``): :class:`MaskedRDBStorage` pickles its URL masked
 (``postgresql://linc:***@db/optuna``) and, unpickled in a driver that opened the same study
@@ -16,6 +24,8 @@ Tune pickles the searcher, and with it the study's storage, into its saved state
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +38,11 @@ from linc_core.utils.typed import ConfigError
 from orchestration.config.sweep_sections import SearchSpec
 
 STUDY_FILE = "optuna.db"
+TUNE_TRIAL_ATTR = "tune_trial_id"  # a study trial's user attr: its Tune trial's id
+MLFLOW_RUN_ATTR = "mlflow_run_id"  # a study trial's user attr: its MLflow run's id
+# Study name -> the driver's lookup of a Tune trial's MLflow run id (None: not found). Kept out
+# of the searcher: Tune pickles the searcher, and a tracking store's URI may hold a password.
+RUN_FINDERS: dict[str, Callable[[str], str | None]] = {}
 # The real URL of each masked one this process opened (what an unpickled storage reconnects to).
 _REAL_URLS: dict[str, str] = {}
 
@@ -79,12 +94,17 @@ def open_study(spec: SearchSpec, url: str, quiet: bool = True) -> Any:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     directions = ["minimize" if mode == "min" else "maximize" for mode in spec.modes]
-    return optuna.create_study(
+    study = optuna.create_study(
         storage=rdb_storage(url),
         study_name=spec.name,
         directions=directions,
         load_if_exists=True,
     )
+    if study.metric_names != list(spec.metrics):
+        with warnings.catch_warnings():  # set_metric_names is "experimental" in Optuna 5
+            warnings.simplefilter("ignore")
+            study.set_metric_names(list(spec.metrics))
+    return study
 
 
 def finished_trials(study: Any) -> int:
@@ -97,11 +117,21 @@ def finished_trials(study: Any) -> int:
 
 class SweepOptunaSearch(OptunaSearch):
     """Tune's ``OptunaSearch``, with a trial that its scheduler stopped early (a result without
-    ``completed``) told to the study as PRUNED, its last value as an intermediate one."""
+    ``completed``) told to the study as PRUNED, its last value as an intermediate one; each
+    trial suggested with its study number, its run's id recorded (see the module docstring)."""
+
+    def suggest(self, trial_id: str) -> dict | None:
+        config = super().suggest(trial_id)
+        trial = self._ot_trials.get(trial_id)
+        if not isinstance(config, dict) or trial is None:
+            return config
+        trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
+        return config | {"tracking": {"trial_number": trial.number}}
 
     def on_trial_complete(
         self, trial_id: str, result: dict | None = None, error: bool = False
     ) -> None:
+        self._record_run(trial_id)
         stopped_early = result is not None and not error and not result.get("completed")
         if not stopped_early or isinstance(self.metric, list) or trial_id in self._completed_trials:
             super().on_trial_complete(trial_id, result, error)
@@ -114,6 +144,16 @@ class SweepOptunaSearch(OptunaSearch):
             trial.report(float(value), step=int(result.get("epoch", 0)))
         self._ot_study.tell(trial, state=TrialState.PRUNED)
         self._completed_trials.add(trial_id)
+
+    def _record_run(self, trial_id: str) -> None:
+        """The trial's MLflow run id in its study trial, while the trial can still take it."""
+        find = RUN_FINDERS.get(self._study_name)
+        trial = self._ot_trials.get(trial_id)
+        if find is None or trial is None or trial_id in self._completed_trials:
+            return
+        run_id = find(trial_id)
+        if run_id is not None:
+            trial.set_user_attr(MLFLOW_RUN_ATTR, run_id)
 
 
 def searcher(spec: SearchSpec, url: str, stage: int = 0) -> SweepOptunaSearch:
@@ -132,7 +172,10 @@ def searcher(spec: SearchSpec, url: str, stage: int = 0) -> SweepOptunaSearch:
 
 
 __all__ = [
+    "MLFLOW_RUN_ATTR",
+    "RUN_FINDERS",
     "STUDY_FILE",
+    "TUNE_TRIAL_ATTR",
     "SweepOptunaSearch",
     "finished_trials",
     "open_study",

@@ -355,16 +355,16 @@ def start_ray(config: PlatformConfig) -> None:
 @dataclass(frozen=True)
 class TrialFolderName:
     """Tune's ``trial_dirname_creator``: ``trial_003_learning_rate=0.000846_tau_start=5.85``,
-    the trial's number and the values that tell it apart (Tune's own name holds every section
-    of the config)."""
+    the trial's number (a search's: the study's) and the values that tell it apart."""
 
     label_keys: tuple[str, ...]
 
     def __call__(self, trial: Any) -> str:
-        number = str(trial.experiment_tag).split("_", 1)[0].zfill(3)
+        number = dotted_get(trial.config or {}, "tracking.trial_number")
+        number = str(trial.experiment_tag).split("_", 1)[0] if number is None else number
         label = trial_label(trial.config or {}, self.label_keys)
         safe = re.sub(r"[^A-Za-z0-9.=+-]+", "_", label).strip("_")[:100]
-        return f"trial_{number}_{safe}" if safe else f"trial_{number}"
+        return f"trial_{number:0>3}_{safe}" if safe else f"trial_{number:0>3}"
 
 
 def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:

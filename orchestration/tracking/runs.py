@@ -23,6 +23,12 @@ stopped it; FAILED when its trial failed), tag each trial run with its final che
 caller's report, summarise the sweep on its parent run, register the best trial's policy, and
 set the parent's status, whatever the store does: every write goes through a
 :class:`~orchestration.tracking.writer.RunWriter`.
+
+The best trial (:class:`BestChoice`): an ablation's is its FINISHED trial run with the lowest
+``eval_cost``; a search names its own (the study's best trial by its objective), and the
+parent's ``best_eval_cost`` is that trial's, like every ``best_*`` of a search. A
+multi-objective search has no single best: no ``best_*`` on its parent, the run it registers
+(the Pareto front's lowest ``eval_cost``) tagged ``registered_run``, not ``best_run``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from linc_core.metrics import (
@@ -56,6 +62,21 @@ logger = logging.getLogger(__name__)
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI (Markdown)
 
 
+@dataclass(frozen=True)
+class BestChoice:
+    """The trial run a sweep calls best and registers (see the module docstring).
+
+    Attributes:
+        run_id: the chosen trial run (None: the FINISHED trial run with the lowest eval_cost).
+        why: the registered version's ``chosen`` tag.
+        single: whether the sweep has one best (False: a multi-objective search).
+    """
+
+    run_id: str | None = None
+    why: str = "lowest eval_cost"
+    single: bool = True
+
+
 @dataclass
 class SweepRuns:
     """The parent run of sweep ``name`` (``parent``) in ``tracking``'s store, its trials' runs."""
@@ -64,6 +85,7 @@ class SweepRuns:
     name: str
     parent: RunWriter
     folder: str  # the sweep's folder, as the record names it
+    best: BestChoice = field(default_factory=BestChoice)  # a search chooses before the end
 
     @classmethod
     def open(
@@ -155,7 +177,7 @@ class SweepRuns:
         self._tag_checkpoints(children, results)
         if report is not None:
             report()
-        self._summarize(results, description)
+        self._summarize(results, children, description)
         model = None
         if register and status != "KILLED":
             model = self.register_best(register)
@@ -244,35 +266,43 @@ class SweepRuns:
                 reason(err),
             )
 
-    def _summarize(self, results: list[Any], description: str | None) -> None:
-        """The sweep's trial counts, best evaluation, code version and description."""
+    def _summarize(self, results: list[Any], children: list[Any], description: str | None) -> None:
+        """The sweep's trial counts, best evaluation (the chosen run's: see the module
+        docstring), code version and description."""
         failed = sum(r.error is not None for r in results)
         costs = [(r.metrics or {}).get(EVAL_COST) for r in results]
+        if self.best.run_id is not None:
+            chosen = [r for r in children if r.info.run_id == self.best.run_id]
+            costs = [r.data.metrics.get(EVAL_COST) for r in chosen]
         costs = [c for c in costs if isinstance(c, int | float)]
         self.parent.log_metrics(
             {TRIALS: len(results), TRIALS_FINISHED: len(results) - failed, TRIALS_FAILED: failed}
-            | ({BEST_EVAL_COST: min(costs)} if costs else {})
+            | ({BEST_EVAL_COST: min(costs)} if costs and self.best.single else {})
         )
         self.parent.set_tag("git_commit", git_commit() or "unknown")
+        if self.best.single and self.best.run_id is not None:  # a search's, registered or not
+            self.parent.set_tag("best_run", self.best.run_id)
         if description:
             self.parent.set_tag(NOTE_TAG, description)
 
     def register_best(self, name: str) -> str | None:
-        """Register the best trial (lowest ``eval_cost`` of its FINISHED trial runs with a
-        checkpoint) as ``name``: ``NAME/VERSION``, or None when no trial qualifies. A store or
-        a checkpoint that fails costs the registration, with a warning, never the sweep."""
+        """Register the best trial (:attr:`best`'s run, else the lowest ``eval_cost`` of the
+        FINISHED trial runs; with a checkpoint) as ``name``: ``NAME/VERSION``, or None when no
+        trial qualifies. A store or a checkpoint that fails costs the registration, with a
+        warning, never the sweep."""
         try:
             runs = [
                 r
                 for r in self.tracking.child_runs(self.parent.run_id)
                 if r.info.status == "FINISHED"
-                and EVAL_COST in r.data.metrics
+                and (EVAL_COST in r.data.metrics or r.info.run_id == self.best.run_id)
                 and r.data.tags.get("checkpoint")
+                and self.best.run_id in (None, r.info.run_id)
             ]
             if not runs:
                 return None
-            best = min(runs, key=lambda r: r.data.metrics[EVAL_COST])
-            tags = {"chosen": "lowest eval_cost"}
+            best = min(runs, key=lambda r: r.data.metrics.get(EVAL_COST, float("inf")))
+            tags = {"chosen": self.best.why}
             version = register_run(self.tracking, best.info.run_id, name, tags)
         except Exception as err:  # noqa: BLE001 - a registry failure must not fail a sweep
             logger.warning(
@@ -286,7 +316,8 @@ class SweepRuns:
             )
             return None
         model = f"{name}/{version}"
-        self.parent.set_tags({"registered_model": model, "best_run": best.info.run_id})
+        run_tag = "best_run" if self.best.single else "registered_run"
+        self.parent.set_tags({"registered_model": model, run_tag: best.info.run_id})
         return model
 
 
@@ -317,4 +348,4 @@ def checkpoint_uri(result: Any) -> str | None:
     return path if scheme == "local" else f"{scheme}://{path}"
 
 
-__all__ = ["NOTE_TAG", "SweepRuns", "checkpoint_uri"]
+__all__ = ["NOTE_TAG", "BestChoice", "SweepRuns", "checkpoint_uri"]

@@ -21,7 +21,12 @@ from typing import Any
 
 from linc_core.utils.secrets import learn_secrets, redact
 from orchestration.config.sections import TrackingSpec
-from orchestration.tracking.store import PARENT_RUN_TAG, ensure_experiment, resolve_tracking_uri
+from orchestration.tracking.store import (
+    PARENT_RUN_TAG,
+    TRIAL_TAG,
+    ensure_experiment,
+    resolve_tracking_uri,
+)
 from orchestration.tracking.writer import RunWriter
 
 
@@ -98,6 +103,12 @@ class TrackingTarget:
         if running_only:
             where += " and attributes.status = 'RUNNING'"
         return self.client().search_runs([self.experiment_id()], filter_string=where)
+
+    def trial_run_id(self, parent_run_id: str, trial_id: str) -> str | None:
+        """The id of Tune trial ``trial_id``'s run under ``parent_run_id`` (None: none yet)."""
+        where = f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and tags.`{TRIAL_TAG}` = '{trial_id}'"
+        found = self.client().search_runs([self.experiment_id()], where, max_results=1)
+        return found[0].info.run_id if found else None
 
 
 __all__ = ["TrackingTarget"]

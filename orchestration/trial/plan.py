@@ -33,6 +33,7 @@ class TrialPlan:
     resources: ClusterSpec
     fault: FaultSpec
     label: str = ""  # the values of the tracking target's run_name_keys (a search's parameters)
+    trial_number: int | None = None  # a search's trial: its number in the Optuna study
 
     @classmethod
     def from_config(
@@ -63,12 +64,28 @@ class TrialPlan:
             cluster = dataclasses.replace(config.cluster, storage=storage)
             config = dataclasses.replace(config, cluster=cluster)
         plan = cls.from_config(config, tracking)
-        return dataclasses.replace(plan, label=trial_label(values, plan.tracking.run_name_keys))
+        label = trial_label(values, plan.tracking.run_name_keys)
+        return dataclasses.replace(plan, label=label, trial_number=config.tracking.trial_number)
 
     @property
     def run_name(self) -> str:
-        """``full_linc-seed1234``, then a search's values: ``... learning_rate=0.000846``."""
-        return f"{self.run.variant}-seed{self.run.train.seed} {self.label}".rstrip()
+        """``full_linc-seed1234``, then a search's values: ``... learning_rate=0.000846``; a
+        search's trial by its study number first (runs that differ in their first characters):
+        ``#003 learning_rate=0.000846 tau_start=5.85 full_linc-seed1234``."""
+        named = f"{self.run.variant}-seed{self.run.train.seed}"
+        if self.trial_number is not None:
+            return f"#{self.trial_number:03d} {self.label} {named}".replace("  ", " ")
+        return f"{named} {self.label}".rstrip()
+
+    @property
+    def study_tags(self) -> dict[str, str]:
+        """A search's trial run's tags naming its Optuna trial (none outside a search)."""
+        if self.trial_number is None:
+            return {}
+        return {
+            "optuna.trial_number": str(self.trial_number),
+            "optuna.study": str(self.tracking.sweep),
+        }
 
     def settings(self, in_effect: bool = False) -> dict[str, Any]:
         """The run's effective settings, the resources and the fault injection, nested

@@ -183,7 +183,7 @@ def _start_tracking(
         "problem": plan.run.data.problem,
         "data_id": data,
         "git_commit": git_commit() or "unknown",
-    }
+    } | plan.study_tags  # a search's trial: its Optuna study and number
     if tracking.sweep:
         tags["sweep"] = tracking.sweep
     key = {TRIAL_TAG: trial_id}

@@ -58,9 +58,22 @@ def test_a_search_ends_its_runs_truthfully_evaluates_them_and_names_them(
             assert run.data.tags["stopped_early"] == "true"
             assert run.data.tags["stopped_at_epoch"] == str(epochs)
     assert stopped == len(pruned)  # the scheduler's stops are the study's pruned trials
+    # numbered as the study numbers them: folders, run names (number first) and tags
     folders = sorted(p.name for p in (tmp_path / "runs" / "hpo-smoke").glob("trial_*"))
-    assert folders[0].startswith("trial_001_learning_rate=") and len(folders) == 6
-    assert set(best) == {"train.learning_rate", "train.tau_start", "validation_cost"}
+    assert folders[0].startswith("trial_000_learning_rate=") and len(folders) == 6
+    names = sorted(run.info.run_name for run in trials)
+    assert [name[:5] for name in names] == [f"#{n:03d} " for n in range(6)]
+    assert {r.data.tags["optuna.study"] for r in trials} == {"hpo-smoke"}
+    for trial in study(tmp_path).trials:
+        run = next(r for r in trials if r.data.tags["optuna.trial_number"] == str(trial.number))
+        assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+    assert set(best) == {"trial", "train.learning_rate", "train.tau_start", "validation_cost"}
+    # one best: every best_* of the parent is the study's best trial's, its run best_run
+    parent = client.get_run(next(r for r in runs if r not in trials).info.run_id).data
+    chosen = next(r for r in trials if r.data.tags["optuna.trial_number"] == str(best["trial"]))
+    assert parent.tags["best_run"] == chosen.info.run_id
+    assert parent.metrics["best_validation_cost"] == best["validation_cost"]
+    assert parent.metrics["best_eval_cost"] == chosen.data.metrics["eval_cost"]
     assert "| trial | state | validation_cost | params |" in result.table
 
 
@@ -94,6 +107,7 @@ def test_a_multi_objective_search_logs_its_pareto_front(ray_session, tmp_path, c
     assert "best eval_cost" not in printed
     front = study(tmp_path)
     assert [d.name for d in front.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert front.metric_names == ["validation_cost", "seconds"]  # named in optuna-dashboard
     # the result is the study's Pareto front, each trial with its values and objectives
     assert len(result.best) == len(front.best_trials) >= 1
     assert all({"validation_cost", "seconds", "train.learning_rate"} <= set(b) for b in result.best)
@@ -105,6 +119,28 @@ def test_a_multi_objective_search_logs_its_pareto_front(ray_session, tmp_path, c
     assert len(lines) - 2 == len(front.best_trials) >= 1
     figures = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert "study/pareto_front.png" in figures
+    # no single best: the front (trials, values, run ids) and each objective's optimum
+    metrics, tags = parent.data.metrics, parent.data.tags
+    assert [k for k in metrics if k.startswith("best")] == [] and "best_run" not in tags
+    by_number = {
+        int(r.data.tags["optuna.trial_number"]): r.info.run_id for r in runs if r != parent
+    }
+    on_front = sorted(front.best_trials, key=lambda t: (t.values[0], t.number))
+    assert tags["pareto_front.trials"] == ", ".join(str(t.number) for t in on_front)
+    assert tags["pareto_front.run_ids"] == ", ".join(by_number[t.number] for t in on_front)
+    for trial in on_front:
+        validation, seconds = trial.values
+        shown = (
+            f"validation_cost={validation:.6g} seconds={seconds:.6g} run={by_number[trial.number]}"
+        )
+        assert tags[f"pareto_front.trial_{trial.number}"] == shown
+    complete = [t for t in front.trials if t.values is not None]
+    for index, metric in enumerate(("validation_cost", "seconds")):
+        number = int(tags[f"lowest_{metric}.trial"])
+        assert metrics[f"lowest_{metric}"] == min(t.values[index] for t in complete)
+        assert metrics[f"lowest_{metric}"] == front.trials[number].values[index]
+        assert tags[f"lowest_{metric}.run_id"] == by_number[number]
+    assert metrics["pareto_front_size"] == len(on_front)
 
 
 def test_a_switch_search_searches_the_variant_switches(ray_session, tmp_path) -> None:
