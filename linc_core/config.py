@@ -177,7 +177,13 @@ class TrainConfig:
         num_rollouts: K rollouts per instance (one distinct z each, or one start each).
         batch_size: instances per gradient step.
         instances_per_epoch: fresh instances per epoch (or the fixed set's size).
-        epochs: training length; with ``batches_per_epoch`` it fixes the schedules' progress.
+        epochs: training length; with ``batches_per_epoch`` it fixes the schedules' progress
+            (an upper bound under ``budget_minutes``).
+        budget_minutes: train for this many minutes of training steps (validation and
+            checkpoints not counted) instead of to ``epochs``: the schedules (the tau anneal,
+            the best-only start) then follow the fraction of the budget spent,
+            and the seconds spent are kept in checkpoints, so a resumed run keeps its budget
+            (``linc_core.train.budget``); None: the epochs define progress.
         learning_rate, weight_decay: Adam.
         max_grad_norm: gradient clipping (0 = off, the reference).
         advantage: ``group_mean`` or ``soft_top1`` (matched soft top-1 of the paper).
@@ -217,6 +223,7 @@ class TrainConfig:
     batch_size: int = 128
     instances_per_epoch: int = 6400
     epochs: int = 12000
+    budget_minutes: float | None = None
     learning_rate: float = 1e-4
     weight_decay: float = 1e-6
     max_grad_norm: float = 0.0
@@ -242,6 +249,12 @@ class TrainConfig:
         check_fields(self)
         for name in ("num_rollouts", "batch_size", "instances_per_epoch", "epochs"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        require(
+            self.budget_minutes is None or self.budget_minutes > 0,
+            "budget_minutes",
+            self.budget_minutes,
+            "> 0 (or null: no budget)",
+        )
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
         require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, ">= 0")

@@ -39,6 +39,7 @@ class Metric:
 EPOCH = "epoch"
 GLOBAL_STEP = "global_step"
 SECONDS = "seconds"
+TRAIN_SECONDS = "train_seconds"
 TRAIN_BEST_COST = "train_best_cost"
 TRAIN_MEAN_COST = "train_mean_cost"
 LOSS = "loss"
@@ -62,6 +63,13 @@ METRICS: dict[str, Metric] = {
         Metric(EPOCH, "epochs trained so far (1-based)", None, "epoch"),
         Metric(GLOBAL_STEP, "optimiser steps taken so far", None, "epoch"),
         Metric(SECONDS, "wall time of the epoch, in seconds", "lower", "epoch"),
+        Metric(
+            TRAIN_SECONDS,
+            "training seconds spent so far, steps only (a time budget's clock: validation and "
+            "checkpoints not counted)",
+            None,
+            "epoch",
+        ),
         Metric(
             TRAIN_BEST_COST,
             "mean over the epoch's batches of each instance's best rollout cost",

@@ -1,7 +1,7 @@
 """``linc-train``: one local training run with the plain ``fit`` loop (no Ray).
 
 Examples:
-    linc-train --problem cvrptw --size 20 --minutes 5
+    linc-train --problem cvrptw --size 20 --minutes 5                  # a 5-minute budget
     linc-train --protocol ablation --preset full_linc --epochs 50      # Solomon-50, as the paper
 
 ``--protocol ablation`` (``linc_core.runs.protocols``) trains and validates on the 56 Solomon
@@ -38,6 +38,7 @@ from linc_core.runs.plan import (
     validation_set,
 )
 from linc_core.runs.protocols import PROTOCOLS, protocol_named
+from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.loop import (
     PrintProgress,
     fit,
@@ -52,6 +53,7 @@ from linc_core.utils.typed import literal_values
 # Flags that set a TrainConfig field when given (they win over the protocol's value).
 TRAIN_FLAGS = {
     "epochs": "epochs",
+    "minutes": "budget_minutes",
     "rollouts": "num_rollouts",
     "batch_size": "batch_size",
     "instances_per_epoch": "instances_per_epoch",
@@ -69,7 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), default="full_linc")
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="generated")
     p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--minutes", type=float, default=None, help="stop after this wall time")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="train for this many minutes (train.budget_minutes: the schedules follow the "
+        "fraction spent, --epochs, when given, an upper bound; --resume keeps the checkpoint's)",
+    )
     p.add_argument("--rollouts", type=int, default=None, help="K")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--instances-per-epoch", type=int, default=None)
@@ -134,6 +142,11 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
     train = {key: value for key, value in train.items() if value is not None}
     if args.morph_from is not None:
         train["morph_epochs"] = args.morph_epochs
+    if args.resume is not None and args.minutes is None:  # a resumed run keeps its budget
+        kept = load_checkpoint(args.resume)["train_config"]
+        if kept.budget_minutes is not None:
+            train["budget_minutes"] = kept.budget_minutes
+            train.setdefault("epochs", kept.epochs)
     return resolve_run(
         args.preset,
         DataSource(protocol.data, args.problem, args.size),  # the stream follows --seed
@@ -186,14 +199,14 @@ def _train(argv: Sequence[str] | None) -> int:
         callbacks=[PrintProgress()],
         checkpoint_dir=args.out,
         resume_from=args.resume,
-        max_seconds=args.minutes * 60 if args.minutes else None,
         data_id=data_id(plan),
         morph_from=morph_from,
     )
     last = result.history[-1]
     print(
         f"done: {result.epochs_done} epochs, {result.global_step} steps, "
-        f"{time.perf_counter() - started:.1f}s; final train best-of-K {last['train_best_cost']:.4f}"
+        f"{time.perf_counter() - started:.1f}s ({result.train_seconds:.1f}s training); "
+        f"final train best-of-K {last['train_best_cost']:.4f}"
         + (f", validation {last['validation_cost']:.4f}" if VALIDATION_COST in last else "")
     )
     if result.last_checkpoint is not None:

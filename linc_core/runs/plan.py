@@ -33,6 +33,7 @@ from linc_core.instances.datasets import load_dataset, resolve_filesystem
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.presets import variant_configs
 from linc_core.runs.protocols import protocol_named
+from linc_core.train.budget import UNBOUNDED_EPOCHS
 from linc_core.train.data import (
     FixedData,
     GeneratedData,
@@ -205,6 +206,8 @@ def resolve_run(
         ConfigError: naming the setting at fault (``train.init``, ``model.overrides.scorer``).
     """
     train = dict(train or {})
+    if train.get("budget_minutes") is not None and train.get("epochs") is None:
+        train["epochs"] = UNBOUNDED_EPOCHS  # the budget ends the run, not the protocol's epochs
     protocol_train: Mapping[str, Any] = {}
     if protocol is not None:
         named = protocol_named(protocol)

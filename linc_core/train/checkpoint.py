@@ -146,8 +146,10 @@ def build_payload(
     history: list[dict[str, Any]],
     data_id: str | None,
     partial_epoch: dict[str, Any] | None = None,
+    train_seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """The checkpoint of a run after ``epoch`` whole epochs (``global_step`` steps).
+    """The checkpoint of a run after ``epoch`` whole epochs (``global_step`` steps) and
+    ``train_seconds`` of training steps (the clock of a time budget, ``linc_core.train.budget``).
 
     ``partial_epoch`` (a run stopped inside an epoch): ``{"batches": n, "steps": [...],
     "seconds": s}``, the first n batches of epoch ``epoch + 1`` and their step metrics, so a
@@ -168,6 +170,7 @@ def build_payload(
         "rng_state": torch.get_rng_state(),
         "batch_in_epoch": partial_epoch["batches"] if partial_epoch else 0,
         "partial_epoch": partial_epoch,
+        "train_seconds": float(train_seconds),
     }
 
 

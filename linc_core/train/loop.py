@@ -19,6 +19,11 @@ rank calls with the same (global) metrics; ``on_checkpoint`` fires only where a 
 written. Validation is decoded on every rank (identical parameters, identical result), which
 keeps the ranks in step without a broadcast. The wall-clock budget is agreed across ranks.
 
+A time budget (``config.budget_minutes``, :mod:`linc_core.train.budget`): the schedules follow
+the fraction of the budget spent, the run ends after the step that spends it (its last epoch is
+recorded with the batches it did), and ``train_seconds`` (the budget's clock) is in every epoch's
+record and checkpoint, so a resumed run continues on the budget it had left.
+
 Stopping inside an epoch (``stop``, e.g. a preemption notice): after the step during which
 ``stop()`` turned true, ``fit`` writes ``latest.pt`` with the batches done so far of the current
 epoch and returns with ``FitResult.stopped_by_request``; resuming from that checkpoint continues
@@ -48,6 +53,7 @@ from linc_core.metrics import (
     TAU,
     TRAIN_BEST_COST,
     TRAIN_MEAN_COST,
+    TRAIN_SECONDS,
     VALIDATION_COST,
 )
 from linc_core.model.policy import LincPolicy
@@ -55,7 +61,7 @@ from linc_core.model.reference_format import (
     load_reference_state_dict,
     reference_initial_state_dict,
 )
-from linc_core.train.advantage import training_progress
+from linc_core.train.budget import BudgetClock, Clock
 from linc_core.train.checkpoint import (
     CHECKPOINT_NAME,
     build_payload,
@@ -119,6 +125,7 @@ class FitResult:
     stopped_early: bool = False
     stopped_by_request: bool = False
     precision: str = "fp32"  # the effective precision (``auto`` resolved for the device)
+    train_seconds: float = 0.0  # training seconds spent (the budget's clock), earlier runs too
 
 
 def validation_decoding(config: TrainConfig) -> DecodeConfig:
@@ -150,8 +157,10 @@ def fit(
     morph_from: LincPolicy | None = None,
     world: World = SINGLE,
     stop: Callable[[], bool] | None = None,
+    clock: Clock = time.perf_counter,
 ) -> FitResult:
-    """Train ``policy`` for ``config.epochs`` epochs (or until a time/step budget).
+    """Train ``policy`` for ``config.epochs`` epochs, or ``config.budget_minutes`` of training
+    (or until ``max_seconds``/``max_steps``).
 
     Args:
         policy: the model (moved to ``config.device``).
@@ -172,6 +181,7 @@ def fit(
             checkpoint and runs callbacks (see the module docstring).
         stop: asked after every step; when it returns True, ``fit`` checkpoints the position
             inside the epoch and returns (see the module docstring). Single process only.
+        clock: what the budget's seconds are read from (tests inject a clock of their own).
     """
     if stop is not None and world.size > 1:
         raise ValueError("fit: stop is for single-process runs (world.size == 1)")
@@ -190,7 +200,7 @@ def fit(
     precision = resolve_precision(config.precision, device)
     scaler = precision.grad_scaler()
     result = FitResult(policy=policy, precision=precision.name)
-    start_epoch, partial = 0, None
+    start_epoch, partial, spent = 0, None, 0.0
     if resume_from is not None:
         payload = load_checkpoint(resume_from, map_location=device)
         policy.load_state_dict(payload["model_state"])
@@ -200,6 +210,9 @@ def fit(
         result.global_step = payload["global_step"]
         result.history = list(payload["history"])
         partial = payload.get("partial_epoch")
+        spent = payload.get("train_seconds") or sum(r.get(SECONDS, 0.0) for r in result.history)
+    budget = BudgetClock.start(config, spent, clock)
+    result.train_seconds = budget.spent
     broadcast_module_(policy, world)
     if not world.is_main:
         callbacks = [c for c in callbacks if getattr(c, "all_ranks", False)]
@@ -210,6 +223,8 @@ def fit(
     total_batches = config.epochs * data.batches_per_epoch
     began = time.perf_counter()
     for epoch in range(start_epoch, config.epochs):
+        if budget.spent_out():  # resumed after the budget ran out: nothing left to train
+            break
         epoch_start = time.perf_counter()
         step_metrics: list[StepMetrics] = []
         first_batch = 0
@@ -218,28 +233,32 @@ def fit(
             first_batch, epoch_start = partial["batches"], epoch_start - partial["seconds"]
             partial = None
         for index in range(first_batch, data.batches_per_epoch):
-            instance = data.batch(epoch, index).to(device)
-            progress = training_progress(result.global_step, total_batches)
+            progress = budget.progress(result.global_step, total_batches)
             morph = None
             if morph_from is not None and config.morph_epochs > 0:
                 morph = (morph_from, min(1.0, epoch / config.morph_epochs))
-            metrics = train_step(
-                policy,
-                optimizer,
-                instance,
-                config,
-                progress,
-                derive_seed(config.seed, "rollout", result.global_step),
-                precision=precision,
-                scaler=scaler,
-                morph=morph,
-                world=world,
-            )
+            with budget.step():
+                instance = data.batch(epoch, index).to(device)
+                metrics = train_step(
+                    policy,
+                    optimizer,
+                    instance,
+                    config,
+                    progress,
+                    derive_seed(config.seed, "rollout", result.global_step),
+                    precision=precision,
+                    scaler=scaler,
+                    morph=morph,
+                    world=world,
+                )
+            budget.agree(world, device)  # one progress on every rank: same tau, mask and end
             result.global_step += 1
             step_metrics.append(metrics)
             for callback in callbacks:
                 callback.on_step(result.global_step, metrics)
             if max_steps is not None and result.global_step >= max_steps:
+                break
+            if budget.spent_out():
                 break
             if stop is not None and index + 1 < data.batches_per_epoch and stop():
                 if checkpoint_dir is not None:
@@ -248,6 +267,7 @@ def fit(
                         "steps": [dataclasses.asdict(m) for m in step_metrics],
                         "seconds": time.perf_counter() - epoch_start,
                     }
+                    result.train_seconds = budget.spent
                     result.last_checkpoint = _save(
                         checkpoint_dir, policy, optimizer, config, result, epoch, data_id, done
                     )
@@ -261,8 +281,11 @@ def fit(
             LOSS: sum(m.loss for m in step_metrics) / len(step_metrics),
             TAU: step_metrics[-1].tau,
             SECONDS: time.perf_counter() - epoch_start,
+            TRAIN_SECONDS: budget.spent,
         }
-        if validation is not None and (epoch + 1) % config.validation_every == 0:
+        result.train_seconds = budget.spent
+        last = budget.spent_out()  # a budget run ends validated (its time-to-quality point)
+        if validation is not None and ((epoch + 1) % config.validation_every == 0 or last):
             decoded = decode(policy, validation, validation_decoding(config))
             record[VALIDATION_COST] = float(decoded.cost.mean())
         result.history.append(record)
@@ -280,6 +303,8 @@ def fit(
             out_of_time = agree_any(out_of_time, world, device)
         out_of_steps = max_steps is not None and result.global_step >= max_steps
         requested = stop is not None and epoch + 1 < config.epochs and stop()
+        if budget.spent_out():  # the run's planned end
+            break
         if out_of_time or out_of_steps or requested:
             result.stopped_early = epoch + 1 < config.epochs
             result.stopped_by_request = requested
@@ -308,6 +333,7 @@ def _save(
         history=result.history,
         data_id=data_id,
         partial_epoch=partial_epoch,
+        train_seconds=result.train_seconds,
     )
     return save_checkpoint(Path(checkpoint_dir) / CHECKPOINT_NAME, payload)
 

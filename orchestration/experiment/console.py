@@ -36,7 +36,8 @@ from typing import Any
 
 from ray import tune
 
-from linc_core.metrics import EPOCH, EVAL_COST, EVAL_INFEASIBLE, PROGRESS_METRICS
+from linc_core.config import TrainConfig
+from linc_core.metrics import EPOCH, EVAL_COST, EVAL_INFEASIBLE, PROGRESS_METRICS, TRAIN_SECONDS
 from linc_core.utils.secrets import redact, redact_logging
 from orchestration.config.platform import trial_label
 from orchestration.config.sections import ConsoleSpec
@@ -76,6 +77,8 @@ class TrialEvents(tune.Callback):
         objective: what the sweep optimises, ``(metric, "min" | "max")`` pairs: the summary
             names the best trial by it (its Pareto front for several), among the trials that
             completed (a search's trials its scheduler stopped early are pruned, not ranked).
+        train: the trials' training settings: under ``budget_minutes`` a progress line comes
+            per tenth of the budget spent and shows the seconds spent, not ``i/N``.
     """
 
     def __init__(
@@ -85,10 +88,14 @@ class TrialEvents(tune.Callback):
         epochs: int,
         label_keys: Sequence[str] = ("model.variant", "train.seed"),
         objective: Sequence[tuple[str, str]] = ((EVAL_COST, "min"),),
+        train: TrainConfig | None = None,
     ) -> None:
         self.name = name
         self.verbosity = spec.verbosity
+        # A time budget ends the trials, not the epochs: a line per tenth of it spent.
+        self.budget = None if train is None else train.budget_minutes
         self.every = spec.report_every or max(1, round(epochs / 10))
+        self.tenths: dict[str, int] = {}  # under a budget: per trial, the tenths shown so far
         self.epochs = epochs
         self.label_keys = tuple(label_keys)
         self.objective = tuple(objective)
@@ -117,12 +124,21 @@ class TrialEvents(tune.Callback):
         if EPOCH not in result:
             return
         epoch = int(result[EPOCH])
-        if epoch % self.every and epoch != self.epochs:
-            return
+        if self.budget is None:
+            if epoch % self.every and epoch != self.epochs:
+                return
+            where = f"{epoch}/{self.epochs}"
+        else:
+            spent, budget = float(result.get(TRAIN_SECONDS, 0.0)), 60.0 * self.budget
+            tenth = min(10, int(10 * spent / budget))
+            if tenth <= self.tenths.get(trial.trial_id, 0):
+                return
+            self.tenths[trial.trial_id] = tenth
+            where = f"{epoch} ({spent:.0f} of {budget:.0f} s)"
         shown = " ".join(
             f"{key}={result[key]:.2f}" for key in PROGRESS_METRICS if _number(result.get(key))
         )
-        self._event(trial, f"epoch {epoch}/{self.epochs} {shown}".rstrip())
+        self._event(trial, f"epoch {where} {shown}".rstrip())
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         result = trial.last_result or {}
@@ -132,7 +148,7 @@ class TrialEvents(tune.Callback):
             cost = float(result[EVAL_COST])
             infeasible = result.get(EVAL_INFEASIBLE, 0)
             parts.append(f"eval_cost={cost:.2f} ({infeasible:.0f} infeasible)")
-        elif epochs < self.epochs:
+        elif epochs < self.epochs and self.budget is None:
             parts.append(f"stopped early by the scheduler at epoch {epochs}")
         parts.append(f"{epochs} epochs")
         if _number(result.get("time_total_s")):

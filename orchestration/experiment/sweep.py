@@ -127,7 +127,7 @@ class Sweep:
         self._ending: dict[str, Any] = {}
         run = config.run
         self.events = TrialEvents(
-            self.name, config.console, run.train.epochs, self.label_keys, objective
+            self.name, config.console, run.train.epochs, self.label_keys, objective, run.train
         )
 
     # -- entering ------------------------------------------------------------------------------

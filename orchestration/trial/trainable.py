@@ -46,9 +46,11 @@ import ray
 import torch
 from ray import tune
 
-from linc_core.metrics import EPOCH, EPOCH_METRICS, NUM_PARAMETERS, PEAK_RSS_GB
+from linc_core.config import TrainConfig
+from linc_core.metrics import EPOCH, EPOCH_METRICS, NUM_PARAMETERS, PEAK_RSS_GB, TRAIN_SECONDS
 from linc_core.model import LincPolicy
 from linc_core.runs.plan import data_id, evaluation_set, training_data, validation_set
+from linc_core.train.budget import ends_after
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from linc_core.utils.runtime import (
@@ -127,9 +129,9 @@ class TuneReportCallback(BaseCallback):
     the epoch record and the folder to Tune (not once a stop is requested: the process is ending
     and the trainable persists the checkpoint itself).
 
-    The last epoch (``epochs``) is not reported here: the trainable reports it together with the
-    final evaluation, so that a scheduler deciding on that report (ASHA stops every trial at its
-    ``max_t``) can never stop a trial between its last epoch and its evaluation.
+    The last epoch (``train``'s last, or the one that spends its time budget) is reported by
+    the trainable with the final evaluation, so a scheduler deciding on a report (ASHA stops
+    every trial at its ``max_t``) never stops a trial between its last epoch and evaluation.
     """
 
     def __init__(
@@ -138,13 +140,13 @@ class TuneReportCallback(BaseCallback):
         writer: RunWriter | None = None,
         fault: FaultSpec | None = None,
         stopping: TrialGuard | None = None,
-        epochs: int | None = None,
+        train: TrainConfig | None = None,
     ):
         self.checkpoint_dir = checkpoint_dir
         self.writer = writer
         self.fault = fault or FaultSpec()
         self.stopping = stopping
-        self.epochs = epochs
+        self.train = train
         self._pending: dict[str, Any] | None = None
         self._held: bytes | None = None
 
@@ -158,7 +160,7 @@ class TuneReportCallback(BaseCallback):
             self.writer.save(self.checkpoint_dir)
         metrics = (self._pending or {EPOCH: epoch + 1}) | {PEAK_RSS_GB: peak_rss_gb()}
         self._pending = None
-        if self.epochs is None or epoch + 1 < self.epochs:
+        if self.train is None or not ends_after(self.train, epoch, metrics.get(TRAIN_SECONDS)):
             report_to_tune(metrics, self.checkpoint_dir, epoch + 1)
         if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
             at = self.fault.fail_at_epoch
@@ -252,7 +254,7 @@ def train_linc(
         with TrialGuard(plan.resources.preemption_grace_s) as guard:
             callbacks = [
                 MLflowCallback(writer),
-                TuneReportCallback(checkpoint_dir, writer, fault, guard, run.train.epochs),
+                TuneReportCallback(checkpoint_dir, writer, fault, guard, run.train),
             ]
             if plan.resources.num_workers > 1:
                 history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
@@ -286,7 +288,7 @@ def train_linc(
         last = history[-1] if history else {}
         last = {k: v for k, v in last.items() if isinstance(v, int | float)}
         completed = {"completed": 1, PEAK_RSS_GB: peak_rss}
-        report_to_tune(last | (final or {}) | completed, checkpoint_dir, run.train.epochs)
+        report_to_tune(last | (final or {}) | completed, checkpoint_dir, int(last.get(EPOCH, 0)))
     except StoppedByTune:
         # Undelivered records are in the journal of the checkpoint reported last, which the
         # driver replays; the driver also settles the run (FINISHED when the scheduler stopped

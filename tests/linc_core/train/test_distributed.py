@@ -25,7 +25,7 @@ from linc_core.runs.plan import DataSource, EvaluationSource, RunPlan, Validatio
 from linc_core.train.checkpoint import load_checkpoint
 from linc_core.train.data import GeneratedData, generate
 from linc_core.train.distributed import SINGLE, World, batch_rows, world
-from linc_core.train.loop import fit, initial_policy
+from linc_core.train.loop import BaseCallback, fit, initial_policy
 from linc_core.train.step import train_step
 from tests.conftest import tiny_configs
 
@@ -93,6 +93,36 @@ def interrupted_fit(folder: Path, world_: World) -> list[dict]:
     return resumed.history
 
 
+class RankClock:
+    """A fake clock on which every training step takes ``seconds`` (fit reads it twice a step)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.now, self.readings = seconds, 0.0, 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.now += self.seconds if self.readings % 2 == 0 else 0.0
+        return self.now
+
+
+def budget_fit(world_: World) -> list[float]:
+    """A one-minute budget on which rank 0's steps take 3 s and rank 1's 5 s: each step's tau."""
+    model, config = tiny_run("full_linc", "cvrptw", instances_per_epoch=2 * BATCH, epochs=100)
+    config = dataclasses.replace(config, budget_minutes=1.0)
+    data = GeneratedData("cvrptw", CUSTOMERS, BATCH, 2 * BATCH, seed=5)
+    taus: list[float] = []
+
+    class Taus(BaseCallback):
+        all_ranks = True
+
+        def on_step(self, global_step, metrics) -> None:
+            taus.append(metrics.tau)
+
+    clock = RankClock(3.0 + 2.0 * world_.rank)
+    fit(LincPolicy(model), config, data, callbacks=[Taus()], world=world_, clock=clock)
+    return taus
+
+
 def _worker(rank: int, size: int, store_path: str, out_dir: str) -> None:
     # Gloo opens its pair sockets on the interface named here: keep them on loopback.
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -104,6 +134,7 @@ def _worker(rank: int, size: int, store_path: str, out_dir: str) -> None:
         assert (here.rank, here.size) == (rank, size)
         out = {case: one_step(case, here) for case in CASES}
         out["fit"] = interrupted_fit(Path(out_dir) / "fit", here)
+        out["budget"] = budget_fit(here)
         torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -153,6 +184,14 @@ def test_two_worker_fit_resumes_and_follows_single_process_fit(two_worker_steps,
         for ours, ref in zip(history, single.history, strict=True):
             for key in ("train_best_cost", "train_mean_cost", "loss", "tau"):
                 assert ours[key] == pytest.approx(ref[key], rel=1e-5), key
+
+
+def test_ranks_agree_on_a_time_budget(two_worker_steps) -> None:
+    """Each rank measures its own steps; the slower rank's seconds (5 s a step) set the
+    progress of both: the same tau at every step, and both stop after 60 / 5 = 12 steps."""
+    first, second = (worker["budget"] for worker in two_worker_steps)
+    assert len(first) == len(second) == 12
+    assert first == second and first[0] > first[-1]
 
 
 def test_batch_rows_split_contiguously_and_reject_uneven_batches() -> None:

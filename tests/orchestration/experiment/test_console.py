@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from linc_core.config import TrainConfig
 from linc_core.utils.progress import Progress
 from orchestration.config.sections import ConsoleSpec
 from orchestration.experiment.console import TrialEvents
@@ -120,6 +121,26 @@ def test_progress_lines_every_tenth_of_the_epochs_and_a_finished_line(capsys) ->
     assert texts[-1] == "no_local seed=7: finished: eval_cost=80.50 (0 infeasible), 20 epochs, 12 s"
     assert events.summary().startswith("sweep: 1 trials: 1 finished, 0 failed, 0 retried")
     assert events.summary().endswith("; best eval_cost=80.50 (no_local seed=7)")
+
+
+def test_under_a_time_budget_a_line_per_tenth_of_it_spent(capsys) -> None:
+    """A budget ends the trial, not the epochs: 33 epochs of 4 s on a 2-minute budget give a
+    line when a new tenth (12 s) is passed, with the seconds spent, and no 'stopped early'."""
+    train = TrainConfig(epochs=1_000_000, budget_minutes=2.0)
+    events = TrialEvents("sweep", ConsoleSpec(), train.epochs, train=train)
+    trial = StandIn("t0", {"model": {"variant": "pomo"}, "train": {"seed": 1}})
+    for epoch in range(1, 31):
+        result = {"epoch": epoch, "train_seconds": 4.0 * epoch, "validation_cost": 90.0}
+        events.on_trial_result(0, [trial], trial, result)
+    trial.last_result, trial.status = {"epoch": 30, "time_total_s": 130.0}, "TERMINATED"
+    events.on_trial_complete(0, [trial], trial)
+    texts = [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    progress = [t for t in texts if t.startswith("epoch ")]
+    assert [t.split(" (")[0] for t in progress] == [
+        f"epoch {e}" for e in (3, 6, 9, 12, 15, 18, 21, 24, 27, 30)
+    ]
+    assert progress[0] == "epoch 3 (12 of 120 s) validation_cost=90.00"
+    assert texts[-1] == "finished: 30 epochs, 130 s"
 
 
 def test_report_every_and_quiet(capsys) -> None:
