@@ -12,7 +12,10 @@ and ``linc_core`` as its code, so that
 
 returns verified routes, and ``mlflow models serve -m models:/NAME/VERSION --env-manager local
 -h 127.0.0.1`` answers a POST of an instance. The version is tagged with the sweep, variant,
-seed, trial run and evaluation.
+seed, trial run and evaluation, and says how to use it where the registry's page shows it: its
+description (:func:`usage`: these calls, the serving command, the decoding params with their
+defaults) and its input example (a ten-customer instance of the policy's problem, as arrays,
+with a small decoding budget; MLflow checks it by running the policy once while logging).
 
 A run's ``checkpoint`` tag is a tag: whoever can write to the store can point it anywhere. A
 checkpoint is registered only when it lies under its sweep's own storage (the
@@ -54,6 +57,59 @@ from orchestration.tracking.writer import QUIET_RUN_LINKS
 MODEL_NAME = "policy"  # the logged model's name under its run
 STORAGE_PARAM = "resources.storage"  # the sweep's Tune storage, on its parent run
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
+
+
+EXAMPLE_PARAMS = {"method": "sampling", "num_z": 8, "augment": 1, "seed": 0}
+
+
+def input_example(problem: str) -> Any:
+    """(a one-row frame: a seeded ten-customer ``problem`` instance as arrays, its decoding
+    params): the model version's input example."""
+    import pandas as pd
+
+    from linc_core.problems.spec import problem_spec
+    from linc_core.train.data import generate
+
+    instance = generate(problem, 1, 10, seed=0)  # CVRP's generator knows 10, not 5
+    row: dict[str, Any] = {"name": f"example-{problem}"}
+    for field in ("locs", "demand", "capacity", "time_windows", "service_time"):
+        if field in problem_spec(problem).instance_fields:
+            value = getattr(instance, field)[0]
+            row[field] = float(value) if field == "capacity" else value.tolist()
+    return pd.DataFrame([row]), dict(EXAMPLE_PARAMS)
+
+
+def usage(name: str, version: str, described: dict[str, str]) -> str:
+    """The model version's description (Markdown): what it is, the three lines that load and
+    call it, the serving command, the decoding params and their defaults."""
+    model = f"models:/{name}/{version}"
+    params = signature().params
+    rows = "\n".join(f"| `{p.name}` | {p.dtype.name} | `{p.default}` |" for p in params)
+    what = ", ".join(f"{k} {v}" for k, v in described.items() if k != "checkpoint" and v)
+    return f"""linc policy ({what}).
+
+Load it and solve an instance (a Solomon, TSPLIB or CVRPLIB file's text, or arrays as in the
+input example):
+
+```python
+import mlflow, pandas
+model = mlflow.pyfunc.load_model("{model}")
+model.predict(pandas.DataFrame({{"instance": [open("C101.txt").read()]}}), params={{"num_z": 128}})
+```
+
+Serve it (then POST `{{"dataframe_records": [{{"instance": "..."}}], "params": {{...}}}}` to
+`http://127.0.0.1:5001/invocations`):
+
+```bash
+mlflow models serve -m {model} --env-manager local -h 127.0.0.1 -p 5001
+```
+
+Decoding params (`method`: sampling, greedy, multistart or sgbs; `augment`: 1 or 8):
+
+| param | type | default |
+|---|---|---:|
+{rows}
+"""
 
 
 def signature() -> Any:
@@ -237,24 +293,27 @@ def register_run(
     for metric in (EVAL_COST, EVAL_INFEASIBLE, VALIDATION_COST):
         if metric in run.data.metrics:
             described[metric] = f"{run.data.metrics[metric]:.4f}"
+    problem = run.data.tags.get("problem") or run.data.params.get("data.problem") or "cvrptw"
     with tempfile.TemporaryDirectory(prefix="linc-register-") as folder:
         path = _checked_copy(checkpoint, _sweep_storage(client, run), Path(folder))
         with _store(tracking.uri), mlflow.start_run(run_id=run_id), warnings.catch_warnings():
-            # the signature is given; MLflow's notes about type hints and an input example
-            # (it would run the policy while logging) are not the user's business
+            # the signature is given; MLflow's notes about type hints are not the user's business
             warnings.simplefilter("ignore", UserWarning)
+            warnings.filterwarnings("ignore", module="mlflow.models.utils")  # pandas' future
             info = mlflow.pyfunc.log_model(
                 name=MODEL_NAME,
                 python_model=str(POLICY_MODEL_CODE),
                 artifacts={"checkpoint": str(path)},
                 code_paths=[str(Path(linc_core.__file__).parent)],
                 signature=signature(),
+                input_example=input_example(problem),
                 registered_model_name=name,
                 pip_requirements=_requirements(),
             )
     version = str(info.registered_model_version)
     for key, value in (described | (tags or {})).items():
         client.set_model_version_tag(name, version, key, value)
+    client.update_model_version(name, version, description=usage(name, version, described))
     return version
 
 
@@ -268,4 +327,12 @@ def _requirements() -> list[str]:
     ]
 
 
-__all__ = ["MODEL_NAME", "checkpoint_in_storage", "register_run", "signature"]
+__all__ = [
+    "EXAMPLE_PARAMS",
+    "MODEL_NAME",
+    "checkpoint_in_storage",
+    "input_example",
+    "register_run",
+    "signature",
+    "usage",
+]

@@ -86,6 +86,7 @@ class SweepRuns:
     parent: RunWriter
     folder: str  # the sweep's folder, as the record names it
     best: BestChoice = field(default_factory=BestChoice)  # a search chooses before the end
+    _registered_run: str | None = None
 
     @classmethod
     def open(
@@ -177,10 +178,11 @@ class SweepRuns:
         self._tag_checkpoints(children, results)
         if report is not None:
             report()
-        self._summarize(results, children, description)
+        self._summarize(results, children)
         model = None
         if register and status != "KILLED":
             model = self.register_best(register)
+        self._describe(description, model)
         self.parent.set_status(status)
         self.parent.close(timeout_s)
         return model
@@ -266,9 +268,9 @@ class SweepRuns:
                 reason(err),
             )
 
-    def _summarize(self, results: list[Any], children: list[Any], description: str | None) -> None:
+    def _summarize(self, results: list[Any], children: list[Any]) -> None:
         """The sweep's trial counts, best evaluation (the chosen run's: see the module
-        docstring), code version and description."""
+        docstring) and code version."""
         failed = sum(r.error is not None for r in results)
         costs = [(r.metrics or {}).get(EVAL_COST) for r in results]
         if self.best.run_id is not None:
@@ -282,8 +284,25 @@ class SweepRuns:
         self.parent.set_tag("git_commit", git_commit() or "unknown")
         if self.best.single and self.best.run_id is not None:  # a search's, registered or not
             self.parent.set_tag("best_run", self.best.run_id)
-        if description:
-            self.parent.set_tag(NOTE_TAG, description)
+
+    def _describe(self, description: str | None, model: str | None) -> None:
+        """The parent run's description: ``description``, then links (MLflow shows tags as
+        plain text; the description is Markdown) to the best (or registered) run and model."""
+        lines = [description] if description else []
+        run_id = self.best.run_id if self.best.single else None
+        run_id = run_id or self._registered_run
+        try:
+            page = f"#/experiments/{self.tracking.experiment_id()}/runs"
+        except Exception:  # noqa: BLE001 - the store's trouble costs the links only
+            page = None
+        if run_id and page:
+            named = "best run" if self.best.single else f"registered run ({self.best.why})"
+            lines.append(f"The {named}: [{run_id}]({page}/{run_id}).")
+        if model:
+            name, _, version = model.partition("/")
+            lines.append(f"Registered as [{model}](#/models/{name}/versions/{version}).")
+        if lines:
+            self.parent.set_tag(NOTE_TAG, "\n\n".join(lines))
 
     def register_best(self, name: str) -> str | None:
         """Register the best trial (:attr:`best`'s run, else the lowest ``eval_cost`` of the
@@ -317,6 +336,7 @@ class SweepRuns:
             return None
         model = f"{name}/{version}"
         run_tag = "best_run" if self.best.single else "registered_run"
+        self._registered_run = best.info.run_id
         self.parent.set_tags({"registered_model": model, run_tag: best.info.run_id})
         return model
 

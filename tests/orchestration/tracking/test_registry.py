@@ -64,6 +64,27 @@ def test_the_sweeps_best_trial_is_registered_and_described(registered) -> None:
     assert float(version.tags["eval_cost"]) == pytest.approx(trial.data.metrics["eval_cost"], 1e-4)
     assert parent.data.tags["registered_model"] == "linc-smoke/1"
     assert version.run_id == trial.info.run_id  # logged on the trial's own run
+    # the version says how to use it: the calls, the serving command, the params' defaults
+    described = version.description
+    assert 'model = mlflow.pyfunc.load_model("models:/linc-smoke/1")' in described
+    assert "mlflow models serve -m models:/linc-smoke/1 --env-manager local" in described
+    assert "| `num_z` | long | `128` |" in described and "| `augment` | long | `8` |" in described
+    # the parent's description links its best run (tags are plain text in the UI)
+    page = f"#/experiments/{trial.info.experiment_id}/runs/{trial.info.run_id}"
+    assert (
+        f"The best run: [{trial.info.run_id}]({page})." in parent.data.tags["mlflow.note.content"]
+    )
+    assert "(#/models/linc-smoke/versions/1)" in parent.data.tags["mlflow.note.content"]
+
+
+def test_the_input_example_is_a_small_instance_the_model_solves(registered) -> None:
+    _, uri, _ = registered
+    model = loaded(uri)
+    example = model.input_example  # what the registry's page shows
+    row = example.iloc[0] if isinstance(example, pd.DataFrame) else example[0].iloc[0]
+    assert len(row["locs"]) == 11 and row["name"] == "example-cvrptw"
+    answer = model.predict(pd.DataFrame([row.to_dict()]), params=BUDGET).iloc[0]
+    assert bool(answer["feasible"]) and answer["violations"] in ("", "[]", None)
 
 
 def test_the_loaded_model_solves_c101_with_a_verified_solution(registered, data_dir) -> None:
