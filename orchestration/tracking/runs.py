@@ -53,7 +53,7 @@ from linc_core.utils.secrets import redact
 from orchestration.failures import SweepRefused, one_line
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_run
-from orchestration.tracking.store import TRIAL_TAG
+from orchestration.tracking.store import TRIAL_TAG, save_sweep_view
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
 
@@ -118,6 +118,8 @@ class SweepRuns:
                     tracking.shown_uri,
                     folder,
                 )
+            # the sweep's own view of the runs table, in the UI's Views menu (see store.py)
+            save_sweep_view(tracking.client(), tracking.experiment_id(), sweep)
             if found is not None:
                 # RUNNING again only once Tune has restored the sweep: a sweep that cannot be
                 # restored keeps the status it had

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
+import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from linc_core.metrics import RUNS_TABLE_METRICS
 from linc_core.utils.secrets import redact
@@ -23,9 +27,15 @@ from linc_core.utils.typed import ConfigError
 PARENT_RUN_TAG = "mlflow.parentRunId"
 TRIAL_TAG = "linc.trial_id"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-# A view of the runs table kept on the experiment, as the MLflow UI's "share view" stores it.
+# Views of the runs table kept on the experiment, as the MLflow UI's "Save view" stores them:
+# tag VIEW_TAG_PREFIX + id, its value an envelope {name, createdAt, updatedAt, state} (the
+# Views menu lists those; a share link ?viewStateShareKey=ID opens one). The UI leaves
+# runsExpanded out of a saved view: a view sorted by a metric lists the trials flat instead
+# (MLflow nests child runs only when sorted by start time), their sweep in a column.
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 RUNS_VIEW = "linc-runs"
-RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW}"
+RUNS_VIEW_TAG = f"{VIEW_TAG_PREFIX}{RUNS_VIEW}"
+OPENING_VIEW_TAG = "linc.view"  # the view an experiment opens on: its latest sweep's
 
 
 def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -> str:
@@ -50,20 +60,66 @@ def resolve_tracking_uri(uri: str | None = None, storage: str | Path = "runs") -
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-def runs_view_state() -> str:
-    """The runs table linc's experiments open with (the MLflow UI's shared view state, JSON):
-    variant, seed and the metrics that compare runs as columns, best evaluation cost first.
-    :func:`runs_view_url` links to it."""
-    columns = [f"tags.`{key}`" for key in ("variant", "seed")]
+def saved_view(name: str, state: dict[str, Any]) -> str:
+    """An experiment tag's value for the MLflow UI's Views menu: ``state`` saved as ``name``."""
+    now = int(time.time() * 1000)
+    envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    return json.dumps(envelope)
+
+
+def _is_saved_view(value: str | None) -> bool:
+    try:
+        return isinstance(json.loads(value or "").get("state"), str)
+    except (ValueError, AttributeError):
+        return False
+
+
+def runs_view_state() -> dict[str, Any]:
+    """The runs table linc's experiments open with (the MLflow UI's view state): every trial
+    of every sweep, lowest evaluation cost first, with its sweep, variant, seed, search trial
+    number and the metrics that compare runs; every run in the charts (the reference and the
+    baseline too, not the UI's first ten). :func:`runs_view_url` links to it."""
+    columns = [f"tags.`{key}`" for key in ("variant", "seed", "sweep", "optuna.trial_number")]
     columns += [f"metrics.`{key}`" for key in RUNS_TABLE_METRICS]
     columns.append("attributes.`Duration`")
-    state = {
+    return {
         "selectedColumns": columns,
         "orderByKey": "metrics.`eval_cost`",
         "orderByAsc": True,
         "runsHiddenMode": "SHOW_ALL",
     }
-    return json.dumps(state)
+
+
+def sweep_view(sweep: Mapping[str, Any]) -> tuple[str, str]:
+    """(experiment tag, saved view) of the runs table of one sweep (``sweep``: what its parent
+    run records: ``name``, ``kind``; a search's ``space``, ``metric`` and ``mode``): its runs
+    only; an ablation's variant, seed and metrics, best evaluation first; a search's trial
+    number, searched values (their params) and objectives, best first."""
+    name = str(sweep["name"])
+    state = runs_view_state() | {"searchFilter": f"tags.`sweep` = '{name}'"}
+    if sweep.get("kind") == "search":
+        metrics = sweep.get("metric") or "validation_cost"
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        modes = sweep.get("mode") or "min"
+        modes = [modes] if isinstance(modes, str) else list(modes)
+        params = [key.replace(".overrides.", ".") for key in sweep.get("space") or {}]
+        columns = ["tags.`optuna.trial_number`", *(f"params.`{key}`" for key in params)]
+        columns += [f"metrics.`{m}`" for m in dict.fromkeys([*metrics, "eval_cost", "epoch"])]
+        state |= {
+            "selectedColumns": [*columns, "attributes.`Duration`"],
+            "orderByKey": f"metrics.`{metrics[0]}`",
+            "orderByAsc": modes[0] == "min",
+        }
+    view_id = re.sub(r"[^A-Za-z0-9_-]+", "-", f"sweep-{name}")[:100]
+    return f"{VIEW_TAG_PREFIX}{view_id}", saved_view(f"{name}: its trials", state)
+
+
+def save_sweep_view(client: Any, experiment_id: str, sweep: Mapping[str, Any]) -> None:
+    """Save :func:`sweep_view` on the experiment, the view it opens on
+    (:data:`OPENING_VIEW_TAG`; :mod:`orchestration.tracking.ui_app`)."""
+    tag, view = sweep_view(sweep)
+    client.set_experiment_tag(experiment_id, tag, view)
+    client.set_experiment_tag(experiment_id, OPENING_VIEW_TAG, tag.removeprefix(VIEW_TAG_PREFIX))
 
 
 def runs_view_url(ui_address: str, experiment_id: str) -> str:
@@ -123,8 +179,9 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         follow_moved_store(tracking_uri, found.experiment_id, found.artifact_location)
-        if RUNS_VIEW_TAG not in found.tags:  # an experiment an older linc created
-            client.set_experiment_tag(found.experiment_id, RUNS_VIEW_TAG, runs_view_state())
+        if not _is_saved_view(found.tags.get(RUNS_VIEW_TAG)):  # an older linc's experiment
+            view = saved_view("linc: every trial", runs_view_state())
+            client.set_experiment_tag(found.experiment_id, RUNS_VIEW_TAG, view)
         return found.experiment_id
     try:
         return client.create_experiment(
@@ -132,7 +189,7 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
             artifact_location=artifact_location(tracking_uri),
             tags={
                 EXPERIMENT_KIND_TAG: "custom_model_development",
-                RUNS_VIEW_TAG: runs_view_state(),
+                RUNS_VIEW_TAG: saved_view("linc: every trial", runs_view_state()),
             },
         )
     except MlflowException:  # another process created it in between
@@ -144,6 +201,7 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 
 __all__ = [
     "EXPERIMENT_KIND_TAG",
+    "OPENING_VIEW_TAG",
     "PARENT_RUN_TAG",
     "RUNS_VIEW",
     "RUNS_VIEW_TAG",
@@ -154,4 +212,7 @@ __all__ = [
     "resolve_tracking_uri",
     "runs_view_state",
     "runs_view_url",
+    "saved_view",
+    "save_sweep_view",
+    "sweep_view",
 ]

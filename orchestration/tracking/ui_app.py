@@ -10,6 +10,19 @@ the same ASGI wrapper) whose landing page sets the toggle to model training in a
 never chosen; a browser whose user chose keeps the choice. It is registered under MLflow's
 ``mlflow.app`` entry points (pyproject.toml), the way ``--app-name basic-auth`` is.
 
+The landing page also opens linc's view of an experiment's runs table the first time a browser
+opens that experiment (:data:`FIRST_VIEW_SCRIPT`), as its share link would: the view of the
+experiment's latest sweep (tag ``linc.view``; :func:`~orchestration.tracking.store.sweep_view`:
+an ablation's trials with variant, seed and metrics, lowest ``eval_cost`` first; a search's by
+trial number, searched values and objectives, best first), else ``linc-runs`` (every trial of
+every sweep). Every run is in the charts (the reference and the baseline too, not the UI's
+first ten). What a user changes is then MLflow's to keep; the other views are in the UI's
+Views menu. What a server-side app cannot decide in MLflow
+3.17: the UI's default table (kept in the browser, per user: so linc's view is applied once per
+browser and experiment), trial rows nested under an expanded parent (a saved view leaves
+``runsExpanded`` out, and MLflow nests only when sorted by start time: linc's views list trials
+flat with their sweep in a column), the rounding of numbers and the colours of runs.
+
 MLflow starts one app per server, so ``basic-auth`` and ``linc`` cannot be named together:
 ``linc-auth`` is MLflow's ``basic-auth`` app itself (its login, users, permissions and checks on
 every route, configured by ``MLFLOW_AUTH_CONFIG_PATH``) built on the Flask app that serves linc's
@@ -28,17 +41,42 @@ DEFAULT_WORKFLOW_SCRIPT = (
 )
 
 
+# The first time this browser opens an experiment's runs page in model-training mode without a
+# view in its address, and the experiment has linc's saved view, open that view instead (its
+# share link). MLflow's router moves by history.pushState (no hashchange): both are watched.
+FIRST_VIEW_SCRIPT = (
+    "<script>(function(){var V='linc-runs',S='linc.viewOpened.';function linc(){"
+    "var m=location.hash.match(/^#\\/experiments\\/(\\d+)(\\/runs)?\\/?(\\?.*)?$/);"
+    "if(!m)return;var q=new URLSearchParams((m[3]||'').slice(1)),w=q.get('workflowType');"
+    "if(q.has('viewStateShareKey')||(w&&w!==" + _VALUE + "))return;var id=m[1];"
+    "try{if(!w&&localStorage.getItem(" + _KEY + ")!==JSON.stringify(" + _VALUE + "))return;"
+    "if(localStorage.getItem(S+id))return;localStorage.setItem(S+id,'1')}catch(e){return}"
+    "fetch('ajax-api/2.0/mlflow/experiments/get?experiment_id='+id).then(function(r){"
+    "return r.json()}).then(function(d){var t={};((d.experiment&&d.experiment.tags)||[])"
+    ".forEach(function(x){t[x.key]=x.value});var v=t['linc.view'];"
+    "if(!v||!t['mlflow.sharedViewState.'+v])v=V;if(!t['mlflow.sharedViewState.'+v])return;"
+    "q.set('viewStateShareKey',v);if(!q.has('workflowType'))q.set('workflowType',"
+    f"{_VALUE});location.replace('#/experiments/'+id+'/runs?'+q.toString())}})"
+    ".catch(function(){})};"
+    "['pushState','replaceState'].forEach(function(n){var f=history[n];"
+    "history[n]=function(){var r=f.apply(this,arguments);setTimeout(linc,0);return r}});"
+    "window.addEventListener('hashchange',linc);linc()})()</script>"
+)
+LANDING_SCRIPTS = DEFAULT_WORKFLOW_SCRIPT + FIRST_VIEW_SCRIPT
+
+
 def landing_page(html: str) -> str:
-    """MLflow's ``index.html`` with :data:`DEFAULT_WORKFLOW_SCRIPT` ahead of its first script
-    (or at the end of its head); unchanged if already there."""
-    if DEFAULT_WORKFLOW_SCRIPT in html:
+    """MLflow's ``index.html`` with :data:`DEFAULT_WORKFLOW_SCRIPT` and
+    :data:`FIRST_VIEW_SCRIPT` ahead of its first script (or at the end of its head); unchanged
+    if already there."""
+    if LANDING_SCRIPTS in html:
         return html
     at = html.find("<script")
     if at < 0:
         at = html.find("</head>")
     if at < 0:
-        return DEFAULT_WORKFLOW_SCRIPT + html
-    return html[:at] + DEFAULT_WORKFLOW_SCRIPT + html[at:]
+        return LANDING_SCRIPTS + html
+    return html[:at] + LANDING_SCRIPTS + html[at:]
 
 
 def _flask_app_with_landing():

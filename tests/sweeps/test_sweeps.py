@@ -136,7 +136,13 @@ def test_smoke_ablation_writes_nested_mlflow_runs_and_a_table(
     experiment = client.get_experiment_by_name(config.tracking.experiment)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     # the runs table opens (through the UI's shared view) on the columns that compare runs
-    view = json.loads(experiment.tags["mlflow.sharedViewState.linc-runs"])
+    saved = json.loads(experiment.tags["mlflow.sharedViewState.linc-runs"])  # the Views menu's
+    view = json.loads(saved["state"])
+    assert saved["name"] == "linc: every trial" and isinstance(saved["createdAt"], int)
+    sweep_view = json.loads(
+        json.loads(experiment.tags["mlflow.sharedViewState.sweep-ablation-smoke"])["state"]
+    )
+    assert sweep_view["searchFilter"] == "tags.`sweep` = 'ablation-smoke'"
     shown = {"metrics.`eval_cost`", "metrics.`gap_vs_variant_pct`", "tags.`variant`"}
     assert shown | {"tags.`seed`"} <= set(view["selectedColumns"])
     assert all(
