@@ -109,13 +109,20 @@ def ablation_chart(
     return Chart(png_bytes(figure), plotted)
 
 
-def _colours(count: int) -> list[tuple[Any, str]]:
-    """(colour, line style) per series: tab10's ten well-apart colours, then the same colours
-    dashed (tab20 pairs near-identical shades)."""
-    import matplotlib
+# Fourteen colours apart from each other and from the reference's black: tab10 (tab20 pairs
+# near-identical shades), then four dark ones drawn dashed as well (the paper's 14 variants).
+DISTINCT_COLOURS = (
+    *(f"tab:{name}" for name in ("blue", "orange", "green", "red", "purple", "brown", "pink")),
+    *("tab:gray", "tab:olive", "tab:cyan", "#000075", "#800000", "#469990", "#b8860b"),
+)
 
-    palette = matplotlib.colormaps["tab10"]
-    return [(palette(i % 10), "-" if i < 10 else "--") for i in range(count)]
+
+def _colours(count: int) -> list[tuple[Any, str]]:
+    """(colour, line style) per series: :data:`DISTINCT_COLOURS` (solid, the last four
+    dashed), then the same again dotted past fourteen."""
+    return [
+        (DISTINCT_COLOURS[i % 14], "-" if i < 10 else "--" if i < 14 else ":") for i in range(count)
+    ]
 
 
 def _integer_epochs(axes: Any) -> None:
@@ -130,7 +137,8 @@ def training_curves(
     reference: str | None = None,
 ) -> Chart:
     """One line per variant: the mean over seeds of ``metric`` per epoch (thick; with several
-    seeds each seed as a thin line of the same colour); the ``reference`` variant in black.
+    seeds each seed as a thin line of the same colour), each variant in its own colour; the
+    ``reference`` variant in black, thicker, drawn on top of the others.
 
     Args:
         histories: ``{variant: {seed: [(epoch, value), ...]}}`` (MLflow metric histories).
@@ -149,6 +157,7 @@ def training_curves(
     plotted: dict[str, Any] = {}
     for variant in order:
         colour, style = ("black", "-") if variant == reference else next(styles)
+        on_top = {"zorder": 4} if variant == reference else {}
         seeds = histories[variant]
         for points in seeds.values():
             if len(seeds) > 1:
@@ -158,8 +167,9 @@ def training_curves(
         epochs = sorted(shared)
         means = [float(np.mean([dict(p)[e] for p in seeds.values()])) for e in epochs]
         label = _label(variant, reference)
+        width = 2.6 if variant == reference else 1.8
         (line,) = axes.plot(
-            epochs, means, color=colour, linestyle=style, linewidth=1.8, label=label
+            epochs, means, color=colour, linestyle=style, linewidth=width, label=label, **on_top
         )
         drawn = zip(line.get_xdata(), line.get_ydata(), strict=True)
         plotted[label] = [(int(epoch), float(value)) for epoch, value in drawn]

@@ -2,13 +2,16 @@
 
 The study (:mod:`orchestration.experiment.study`) is the search's record of every trial, over
 all its runs; the tables and figures here are drawn from it, and logged on the search's parent
-run by the driver. Figures are Optuna's own (its matplotlib backend): the optimisation history,
-the parameter importances, the parallel coordinates and, for a multi-objective search, the
-Pareto front.
+run by the driver. Figures are Optuna's own (its matplotlib backend), each objective by its
+name: ``optimization_history.png`` (a multi-objective search: one per objective,
+``optimization_history_METRIC.png``), ``param_importances.png`` (from two complete trials; of
+the first objective), ``parallel_coordinate.png`` (of the first objective) and, for a
+multi-objective search, ``pareto_front.png``; sized to their parameters, labels not cut.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any
@@ -74,36 +77,45 @@ def study_figures(study: Any, spec: SearchSpec) -> dict[str, bytes]:
     matplotlib.use("Agg")  # Optuna draws through pyplot; no GUI backend on a server
     import optuna.visualization.matplotlib as plots
     from matplotlib import pyplot
+    from matplotlib.text import Text
 
-    target_name = spec.metrics[0]
-    if spec.multi_objective:
-        wanted = {
-            "pareto_front.png": lambda: plots.plot_pareto_front(
-                study, target_names=list(spec.metrics)
-            ),
-            "parallel_coordinate.png": lambda: plots.plot_parallel_coordinate(
-                study, target=lambda t: t.values[0], target_name=target_name
-            ),
-        }
+    first = spec.metrics[0]
+    many = spec.multi_objective
+    target: dict[str, Any] = {"target": lambda t: t.values[0]} if many else {}
+    wanted = {
+        "param_importances.png": lambda: plots.plot_param_importances(
+            study, target_name=first, **target
+        ),
+        "parallel_coordinate.png": lambda: plots.plot_parallel_coordinate(
+            study, target_name=first, **target
+        ),
+    }
+    if many:
+        wanted["pareto_front.png"] = lambda: plots.plot_pareto_front(
+            study, target_names=list(spec.metrics)
+        )
+        for index, metric in enumerate(spec.metrics):
+            wanted[f"optimization_history_{metric}.png"] = functools.partial(
+                plots.plot_optimization_history,
+                study,
+                target=lambda t, i=index: t.values[i],
+                target_name=metric,
+            )
     else:
-        wanted = {
-            "optimization_history.png": lambda: plots.plot_optimization_history(
-                study, target_name=target_name
-            ),
-            "param_importances.png": lambda: plots.plot_param_importances(
-                study, target_name=target_name
-            ),
-            "parallel_coordinate.png": lambda: plots.plot_parallel_coordinate(
-                study, target_name=target_name
-            ),
-        }
+        wanted["optimization_history.png"] = lambda: plots.plot_optimization_history(
+            study, target_name=first
+        )
+    width = max(8.0, 1.6 * len(spec.space) + 3.0)  # a parallel axis per parameter
     figures = {}
-    for name, draw in wanted.items():
+    for name, draw in sorted(wanted.items()):
         try:
             with warnings.catch_warnings():  # Optuna's matplotlib backend is "experimental"
                 warnings.simplefilter("ignore")
                 axes = draw()
             figure = getattr(axes, "figure", None) or axes.flat[0].figure
+            figure.set_size_inches(width if name.startswith("parallel") else 8.0, 5.0)
+            for text in figure.findobj(Text) if name.startswith("parallel") else ():
+                text.set_fontsize(min(text.get_fontsize(), 9))  # six long names fit
             figures[name] = png_bytes(figure)
             pyplot.close(figure)
         except (ValueError, RuntimeError, ZeroDivisionError) as err:

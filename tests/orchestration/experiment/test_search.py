@@ -119,6 +119,9 @@ def test_a_multi_objective_search_logs_its_pareto_front(ray_session, tmp_path, c
     assert len(lines) - 2 == len(front.best_trials) >= 1
     figures = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert "study/pareto_front.png" in figures
+    assert {
+        f"study/optimization_history_{m}.png" for m in ("validation_cost", "seconds")
+    } <= figures
     # no single best: the front (trials, values, run ids) and each objective's optimum
     metrics, tags = parent.data.metrics, parent.data.tags
     assert [k for k in metrics if k.startswith("best")] == [] and "best_run" not in tags

@@ -70,6 +70,27 @@ def test_training_curves_are_the_mean_over_seeds_per_variant() -> None:
     }
 
 
+def test_fourteen_variants_have_their_own_colours_and_the_reference_is_on_top() -> None:
+    from orchestration.report.figures import _colours
+
+    styles = _colours(14)
+    assert len({colour for colour, _ in styles}) == 14  # none repeated, none the reference's
+    assert "black" not in {colour for colour, _ in styles}
+    # every variant on the same curve: only the reference (black, on top) may show in the plot
+    variants = ["full_linc", *(f"variant{k:02d}" for k in range(13))]
+    histories = {v: {1: [(1, 10.0), (2, 8.0), (3, 7.0)]} for v in variants}
+    assert _coloured_pixels(training_curves(histories, reference="full_linc").png) == 0
+    # the check sees colour: without a reference every line is a colour
+    assert _coloured_pixels(training_curves(histories, reference=None).png) > 0
+
+
+def _coloured_pixels(png: bytes) -> int:
+    """Pixels of a colour (not black, grey or white) in the plot (left of the legend)."""
+    image = _image(png)
+    plot = image[:, : int(image.shape[1] * 0.6), :3]
+    return int(((plot.max(axis=2) - plot.min(axis=2)) > 0.3).sum())
+
+
 def test_linc_report_ablation_out_writes_the_table_and_both_figures(tmp_path, capsys) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
