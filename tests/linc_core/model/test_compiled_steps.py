@@ -61,6 +61,16 @@ def _same_model_as(preset: str, problem: str) -> str | None:
     return None
 
 
+# Every distinct model once: a preset whose model equals an earlier one's (training settings
+# differ only) is traced with that one.
+MODELS = [
+    pytest.param(preset, problem, id=f"{preset}-{problem}")
+    for problem in PROBLEMS
+    for preset in PRESETS
+    if _same_model_as(preset, problem) is None
+]
+
+
 def _policy(preset: str, problem: str) -> LincPolicy:
     model, _ = tiny_configs(preset, problem)
     torch.manual_seed(0)
@@ -85,11 +95,8 @@ def _mid_rollout(policy: LincPolicy, problem: str, steps: int = 4):
     return env, z, state, trajectory
 
 
-@pytest.mark.parametrize("problem", PROBLEMS)
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize(("preset", "problem"), MODELS)
 def test_the_decision_step_compiles_whole(preset: str, problem: str) -> None:
-    if (same := _same_model_as(preset, problem)) is not None:
-        pytest.skip(f"the model of {same}, traced there")
     policy = _policy(preset, problem)
     env, z, state, _ = _mid_rollout(policy, problem)
     with torch.no_grad():
@@ -116,11 +123,11 @@ def test_the_decision_step_compiles_whole(preset: str, problem: str) -> None:
             assert graph_breaks(decide_all, morphing, state, torch.tensor(4)) == []
 
 
-@pytest.mark.parametrize("unbounded", [False, True])
-@pytest.mark.parametrize("problem", PROBLEMS)
+# a customer without a due time: CVRPTW only (the others have no time windows)
+@pytest.mark.parametrize(
+    ("problem", "unbounded"), [(problem, False) for problem in PROBLEMS] + [("cvrptw", True)]
+)
 def test_the_environment_step_compiles_whole(problem: str, unbounded: bool) -> None:
-    if unbounded and problem != "cvrptw":
-        pytest.skip("only CVRPTW has time windows")
     instance = generate(problem, BATCH, SIZE, seed=3)
     if unbounded:  # a customer without a due time: the table's infinite slack is zeroed
         windows = instance.time_windows.clone()
@@ -134,11 +141,8 @@ def test_the_environment_step_compiles_whole(problem: str, unbounded: bool) -> N
         assert graph_breaks(env_transition, env, state, action) == []
 
 
-@pytest.mark.parametrize("problem", PROBLEMS)
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize(("preset", "problem"), MODELS)
 def test_the_training_replay_compiles_whole(preset: str, problem: str) -> None:
-    if (same := _same_model_as(preset, problem)) is not None:
-        pytest.skip(f"the model of {same}, traced there")
     policy = _policy(preset, problem)
     env, z, _, steps = _mid_rollout(policy, problem)
     encoded = policy.encode(env.instance)
