@@ -48,6 +48,8 @@ VALIDATION_COST = "validation_cost"
 EVAL_COST = "eval_cost"
 EVAL_INFEASIBLE = "eval_infeasible"
 EVAL_GAP_PYVRP_PCT = "eval_gap_pyvrp_pct"
+EVAL_GAP_BKS_PCT = "eval_gap_bks_pct"
+EVAL_SECONDS = "eval_seconds"
 GAP_VS_VARIANT_PCT = "gap_vs_variant_pct"
 NUM_PARAMETERS = "num_parameters"
 PEAK_RSS_GB = "peak_rss_gb"
@@ -104,6 +106,13 @@ METRICS: dict[str, Metric] = {
             "evaluation",
         ),
         Metric(
+            EVAL_GAP_BKS_PCT,
+            "mean gap of the evaluation costs to the set's best-known values (where it has them)",
+            "lower",
+            "evaluation",
+        ),
+        Metric(EVAL_SECONDS, "wall time of the final evaluation's decoding", "lower", "evaluation"),
+        Metric(
             GAP_VS_VARIANT_PCT,
             "gap of the trial's eval_cost to the compared variant's (the ablation table's column)",
             "lower",
@@ -139,6 +148,14 @@ RUNS_TABLE_METRICS: tuple[str, ...] = (
     EPOCH,
     PEAK_RSS_GB,
 )
+
+
+def per_decoding(name: str, decoding: str) -> str:
+    """The name of an evaluation metric of a further decoding of the same set
+    (``eval_cost_sgbs``: ``data.eval_also``); the first decoding's is ``name`` itself."""
+    return f"{name}_{decoding}"
+
+
 # What the console's progress lines show of a running trial.
 PROGRESS_METRICS: tuple[str, ...] = (TRAIN_BEST_COST, VALIDATION_COST)
 
@@ -149,5 +166,6 @@ __all__ = [
     "PROGRESS_METRICS",
     "RUNS_TABLE_METRICS",
     "Metric",
+    "per_decoding",
     "recorded",
 ]

@@ -171,7 +171,9 @@ def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
     data = values.setdefault("data", {})
     for key in ("uri", "eval_uri"):
         uri = data.get(key)
-        if uri and "://" not in str(uri):
+        # a benchmark's eval_uri may name a set (solomon100), not a path
+        named_set = key == "eval_uri" and data.get("eval_source") == "benchmark"
+        if uri and "://" not in str(uri) and not (named_set and not Path(uri).exists()):
             data[key] = str(Path(uri).expanduser().resolve())
     return PlatformConfig.from_mapping(values)
 

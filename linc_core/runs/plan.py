@@ -10,7 +10,7 @@ realise a plan, in the order a run needs them::
     validation = validation_set(plan, data) # fixed instances decoded every validation_every
     policy = initial_policy(plan.model, plan.train)
     fit(policy, plan.train, data, validation=validation, data_id=data_id(plan))
-    evaluation_set(plan, validation)        # the final evaluation's instances, or None
+    evaluation_set(plan, validation)        # the final evaluation's set, or None
 
 ``linc-train`` builds its plan from its flags, the platform (``orchestration.trial.plan``) from its
 composed config; a data set on S3 is read through the ``open_filesystem`` the caller passes.
@@ -27,7 +27,12 @@ from typing import Any, Literal
 import pyarrow.fs as pafs
 
 from linc_core.config import ModelConfig, ProblemName, TrainConfig, to_dict, unused_fields
-from linc_core.evaluate.benchmark_sets import SOLOMON50_CUSTOMERS, solomon50
+from linc_core.evaluate.benchmark_sets import (
+    SOLOMON50_CUSTOMERS,
+    BenchmarkSet,
+    load_benchmark,
+    solomon50,
+)
 from linc_core.instances import Instance
 from linc_core.instances.datasets import load_dataset, resolve_filesystem
 from linc_core.model.reference_format import reference_initialisation_unsupported
@@ -119,29 +124,61 @@ class EvaluationSource:
     """What the final policy is evaluated on, and with what decoding budget.
 
     Attributes:
-        source: ``validation`` (the validation set), ``dataset`` (``uri``), ``solomon50`` or
-            ``none``.
-        uri: the evaluation data set of ``source=dataset``.
+        source: ``validation`` (the validation set), ``dataset`` (``uri``), ``solomon50``,
+            ``benchmark`` (``uri`` names a set or folder ``load_benchmark`` reads:
+            ``solomon100``, ``cvrplib_x``, ``tsplib``, a folder of files; costs in the set's
+            convention, gaps to its best-known values) or ``none``.
+        uri: the evaluation data set of ``source=dataset``, the set of ``source=benchmark``.
         rollouts: z vectors (or POMO starts) per instance.
         augment: 1, or 8 for the dihedral augmentation.
-        decoding: ``greedy`` (per z) or ``sampling``.
+        decoding: ``greedy`` (per z), ``sampling`` or ``sgbs`` (beam 4, expansion 4, from
+            ``rollouts`` greedy z-rollouts: ``DecodeConfig``'s reference settings); its
+            result is the run's ``eval_cost``.
+        also: further decodings of the same set, each logged beside the first under its name
+            (``eval_cost_sgbs``, ``evaluation_rows_sgbs.csv``): the main table's SGBS column.
         seed: the decoding's seed.
         pyvrp_seconds: PyVRP's time per instance for the reference solution every evaluated
             instance is also solved with (cached: ``linc_core.evaluate.pyvrp_cache``), so that
             each run has a gap to a strong solution (``eval_gap_pyvrp_pct``); 0: none.
+        limit: ``source=benchmark``: keep the set's first ``limit`` files (name order).
+        max_customers: ``source=benchmark``: keep the instances with at most this many
+            customers.
     """
 
-    source: Literal["validation", "dataset", "solomon50", "none"] = "none"
+    source: Literal["validation", "dataset", "solomon50", "benchmark", "none"] = "none"
     uri: str | None = None
     rollouts: int = 128
     augment: Literal[1, 8] = 8
-    decoding: Literal["greedy", "sampling"] = "greedy"
+    decoding: Literal["greedy", "sampling", "sgbs"] = "greedy"
     seed: int = 0
     pyvrp_seconds: float = 0.0
+    also: tuple[Literal["greedy", "sampling", "sgbs"], ...] = ()
+    limit: int | None = None
+    max_customers: int | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
         require(self.pyvrp_seconds >= 0, "pyvrp_seconds", self.pyvrp_seconds, ">= 0")
+        require(
+            self.source != "benchmark" or bool(self.uri),
+            "uri",
+            self.uri,
+            "a set (solomon100, cvrplib_x, tsplib) or folder for a benchmark source",
+        )
+        require(
+            self.decoding not in self.also and len(set(self.also)) == len(self.also),
+            "also",
+            self.also,
+            f"decodings other than {self.decoding!r}, each once",
+        )
+        for key in ("limit", "max_customers"):
+            value = getattr(self, key)
+            require(value is None or value >= 1, key, value, ">= 1 or null")
+
+    @property
+    def decodings(self) -> tuple[str, ...]:
+        """Every decoding of the evaluation, the one ``eval_cost`` reports first."""
+        return (self.decoding, *self.also)
 
 
 @dataclass(frozen=True)
@@ -311,19 +348,27 @@ def evaluation_set(
     plan: RunPlan,
     validation: Instance | None,
     open_filesystem: FilesystemOpener = resolve_filesystem,
-) -> tuple[Instance, str] | None:
-    """The final evaluation's instances and the set's name, or None (``source=none``)."""
+) -> BenchmarkSet | None:
+    """The final evaluation's instances (``[1]`` each), their name, cost convention and
+    best-known values, or None (``source=none``)."""
     source = plan.evaluation
+    if source.source == "benchmark":
+        assert source.uri is not None
+        return load_benchmark(source.uri, limit=source.limit, max_customers=source.max_customers)
     if source.source == "validation":
         assert validation is not None
-        return validation, f"validation:{plan.data.problem}{plan.data.num_customers}"
-    if source.source == "solomon50":
-        return Instance.concat(solomon50()), "solomon50"
-    if source.source == "dataset":
+        batch, name = validation, f"validation:{plan.data.problem}{plan.data.num_customers}"
+    elif source.source == "solomon50":
+        batch, name = Instance.concat(solomon50()), "solomon50"
+    elif source.source == "dataset":
         assert source.uri is not None
         filesystem, root = open_filesystem(source.uri)
-        return load_dataset(root, filesystem), source.uri
-    return None
+        batch, name = load_dataset(root, filesystem), source.uri
+    else:
+        return None
+    if batch.names is None:  # rows named as the evaluation names them (row0, row1, ...)
+        batch = dataclasses.replace(batch, names=tuple(f"row{i}" for i in range(batch.batch_size)))
+    return BenchmarkSet(name, "exact", [batch.select([i]) for i in range(batch.batch_size)])
 
 
 __all__ = [

@@ -81,11 +81,19 @@ class DataSpec:
             final evaluation's decoding seed derives from it (0 when null): every trial of a
             sweep decodes each instance with the same z-vectors.
         eval_source: what the final checkpoint is evaluated on: ``validation`` (the validation
-            set), ``dataset`` (``eval_uri``), ``solomon50`` or ``none``.
-        eval_uri: the evaluation data set for ``eval_source=dataset``.
+            set), ``dataset`` (``eval_uri``), ``solomon50``, ``benchmark`` (``eval_uri`` names
+            a set or folder linc-eval reads: ``solomon100``, ``cvrplib_x``, ...; gaps to its
+            best-known values) or ``none``.
+        eval_uri: the evaluation data set for ``eval_source=dataset``, the set or folder for
+            ``benchmark``.
         eval_rollouts: z vectors (or starts) per instance at the final evaluation.
         eval_augment: 1, or 8 for the dihedral augmentation.
-        eval_decoding: ``greedy`` (per z) or ``sampling``.
+        eval_decoding: ``greedy`` (per z), ``sampling`` or ``sgbs`` (``eval_rollouts`` greedy
+            z-rollouts seed the beams); its mean cost is the run's ``eval_cost``.
+        eval_also: more decodings of the same set, each logged under its name
+            (``eval_cost_sgbs``, ``evaluation_rows_sgbs.csv``).
+        eval_limit, eval_max_customers: a benchmark's first files (name order) and its
+            instances up to that many customers; null: all.
         eval_pyvrp_seconds: PyVRP's time per evaluated instance for the reference solution the
             run's gap ``eval_gap_pyvrp_pct`` is measured against (solved once per instance and
             budget, cached); 0: none.
@@ -94,22 +102,26 @@ class DataSpec:
     source: Literal["generated", "dataset", "solomon50"] = "generated"
     uri: str | None = None
     seed: int | None = None
-    eval_source: Literal["validation", "dataset", "solomon50", "none"] = "validation"
+    eval_source: Literal["validation", "dataset", "solomon50", "benchmark", "none"] = "validation"
     eval_uri: str | None = None
     eval_rollouts: int = 128
     eval_augment: Literal[1, 8] = 8
-    eval_decoding: Literal["greedy", "sampling"] = "greedy"
+    eval_decoding: Literal["greedy", "sampling", "sgbs"] = "greedy"
     eval_pyvrp_seconds: float = 1.0
+    eval_also: tuple[Literal["greedy", "sampling", "sgbs"], ...] = ()
+    eval_limit: int | None = None
+    eval_max_customers: int | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
         for key, source in (("uri", self.source), ("eval_uri", self.eval_source)):
             value = getattr(self, key)
             require(
-                source != "dataset" or bool(value),
+                source not in ("dataset", "benchmark") or bool(value),
                 key,
                 value,
-                "a data set folder or s3:// URI for a dataset source",
+                "a data set folder or s3:// URI for a dataset source (a set or folder for "
+                "a benchmark)",
             )
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
         require(self.eval_pyvrp_seconds >= 0, "eval_pyvrp_seconds", self.eval_pyvrp_seconds, ">= 0")
@@ -131,6 +143,9 @@ class DataSpec:
             self.eval_decoding,
             derive_seed(self.seed or 0, "final-evaluation"),
             self.eval_pyvrp_seconds,
+            self.eval_also,
+            self.eval_limit,
+            self.eval_max_customers,
         )
 
 

@@ -7,7 +7,8 @@ and the place, not after Ray started, a parent run was created and every trial r
 * ``tracking.uri``: a SQLite store's folder writable and its database open for writing; a server
   answers (``search_experiments``, failing fast); another database (``postgresql://...``) takes
   a connection (:func:`check_database`, also of ``search.storage``);
-* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable.
+* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable; a benchmark (``eval_source:
+  benchmark``) read, not empty, of the task's problem.
 
 Each failure raises :class:`~orchestration.failures.SweepRefused` (the entry points print it on
 one line and exit 2), its URIs and reasons masked
@@ -22,7 +23,9 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+from linc_core.evaluate.benchmark_sets import load_benchmark
 from linc_core.instances.datasets import MANIFEST_NAME
+from linc_core.runs.plan import RunPlan
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig
 from orchestration.data.storage import open_filesystem
@@ -45,9 +48,32 @@ def preflight(config: PlatformConfig) -> TrackingTarget:
         check_readable("data.uri", run.data.uri)
     if run.evaluation.source == "dataset" and run.evaluation.uri:
         check_readable("data.eval_uri", run.evaluation.uri)
+    if run.evaluation.source == "benchmark":
+        check_benchmark(run)
     tracking = TrackingTarget.resolve(config.tracking, storage)
     check_tracking(tracking.uri)
     return tracking
+
+
+def check_benchmark(run: RunPlan) -> None:
+    """The final evaluation's benchmark readable, of the task's problem, not empty: a sweep
+    refused in one line before any trial trains, not trials failing after their training."""
+    source = run.evaluation
+    try:
+        loaded = load_benchmark(
+            str(source.uri), limit=source.limit, max_customers=source.max_customers
+        )
+    except (ValueError, OSError) as err:
+        reason = " ".join(str(err).replace("--benchmark ", "").split())
+        raise SweepRefused(f"data.eval_uri: {reason}") from None
+    if not loaded.instances:
+        raise SweepRefused(f"data.eval_uri: no instance in {source.uri!r} to evaluate on")
+    problem = loaded.instances[0].problem
+    if problem != run.data.problem:
+        raise SweepRefused(
+            f"data.eval_uri: {source.uri!r} holds {problem} instances; the task is "
+            f"{run.data.problem}"
+        )
 
 
 def check_writable(setting: str, location: str) -> None:

@@ -2,8 +2,10 @@
 
 Decoding, verification and scoring are ``linc_core.evaluate.evaluate_policy`` (every solution
 re-checked by the independent verifier; an infeasible one is an error row, never dropped); this
-module decodes with the budget of the plan's evaluation source and logs the rows, the summary
-and a route plot as artifacts of the trial's run.
+module decodes the plan's evaluation set with each of its decodings (``EvaluationSource.decodings``:
+the first gives ``eval_cost``, each further one its metrics and files under its name, e.g.
+``eval_cost_sgbs`` and ``evaluation_rows_sgbs.csv``) and logs the rows, the summary and a route
+plot as artifacts of the trial's run.
 """
 
 from __future__ import annotations
@@ -23,88 +25,164 @@ from linc_core.evaluate import (
     rows_csv,
     summary_json,
 )
-from linc_core.instances import Instance
-from linc_core.metrics import EVAL_COST, EVAL_GAP_PYVRP_PCT, EVAL_INFEASIBLE
+from linc_core.evaluate.benchmark_sets import BenchmarkSet
+from linc_core.evaluate.scoring import error_rows, summarize
+from linc_core.metrics import (
+    EVAL_COST,
+    EVAL_GAP_BKS_PCT,
+    EVAL_GAP_PYVRP_PCT,
+    EVAL_INFEASIBLE,
+    EVAL_SECONDS,
+    per_decoding,
+)
 from linc_core.model import LincPolicy
+from linc_core.presets import PRESETS
 from linc_core.runs.plan import EvaluationSource
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
 
+EVALUATION_ROWS = "evaluation_rows.csv"
+EVALUATION_SUMMARY = "evaluation_summary.json"
+# SGBS's initial greedy z-rollouts at most (the reference's 128; fewer when the budget is smaller)
+SGBS_Z = DecodeConfig.sgbs_z
+
 
 def decode_config(
-    policy: LincPolicy, source: EvaluationSource, compiled: bool = False
+    policy: LincPolicy,
+    source: EvaluationSource,
+    compiled: bool = False,
+    decoding: str | None = None,
 ) -> DecodeConfig:
-    """The final-evaluation budget: z-sampling (or POMO starts for a model without z);
+    """The final-evaluation budget of ``decoding`` (default: the source's first): z-sampling
+    or greedy z-rollouts (POMO starts for a model without z), or SGBS with the reference's beam
+    and expansion from ``min(rollouts, 128)`` greedy z-rollouts (POMO starts without z);
     ``compiled``: the run's ``train.compile``, which the evaluation follows."""
-    method = "multistart" if policy.config.z_dim == 0 else source.decoding
+    decoding = decoding or source.decoding
+    method = "multistart" if policy.config.z_dim == 0 and decoding != "sgbs" else decoding
+    defaults = DecodeConfig()
     return DecodeConfig(
-        method=method,
+        method=method,  # type: ignore[arg-type]
         num_z=source.rollouts,
         augment=source.augment,
         seed=source.seed,
+        sgbs_z=max(defaults.beam_width, min(source.rollouts, SGBS_Z)),
         compile=compiled,
     )
 
 
+def artifact_name(name: str, decoding: str, first: bool) -> str:
+    """``evaluation_rows.csv`` for the ``first`` decoding, ``evaluation_rows_sgbs.csv`` for
+    SGBS as a further one."""
+    if first:
+        return name
+    stem, suffix = name.rsplit(".", 1)
+    return f"{stem}_{decoding}.{suffix}"
+
+
 def evaluate_trial(
     policy: LincPolicy,
-    instances: Instance,
+    evaluated: BenchmarkSet,
     source: EvaluationSource,
     label: str = "",
     compiled: bool = False,
-) -> Evaluation:
-    """Decode ``instances`` (``[B]``) with the source's budget; exact Euclidean costs.
+    variant: str = "",
+) -> dict[str, Evaluation]:
+    """Decode the set's instances (``[1]`` each) with each of the source's decodings, costs
+    in the set's convention, gaps to its best-known values and to PyVRP (when
+    ``source.pyvrp_seconds``). Unreadable files of the set are error rows of every decoding.
 
     A long evaluation prints a progress line every 30 s (``label`` names the trial): the
-    driver's console shows the trial's last epoch, then nothing until it finishes.
+    driver's console shows the trial's last epoch, then nothing until it finishes. The rows'
+    method is the ``variant``'s label and the decoding (``PolyNet sampling z=800 x8``).
     """
-    config = decode_config(policy, source, compiled)
     pyvrp = None
-    if source.pyvrp_seconds > 0:  # the reference each run's gap is measured against
-        singles = [instances.select([i]) for i in range(instances.batch_size)]
-        pyvrp = pyvrp_costs(singles, "exact", source.pyvrp_seconds)
-    total = planned_rollouts(config, instances, policy.config.z_dim)
-    desc = f"{label} evaluation ({config.label})".strip()
-    with Progress(total, desc, "rollout", stream=sys.stdout, interval=30.0) as progress:
-        return evaluate_policy(
-            policy, instances, config, convention="exact", pyvrp=pyvrp, progress=progress.update
-        )
+    if source.pyvrp_seconds > 0 and evaluated.instances:  # the gap's reference, cached
+        pyvrp = pyvrp_costs(evaluated.instances, evaluated.convention, source.pyvrp_seconds)
+    name = PRESETS[variant].label if variant in PRESETS else (variant or "policy")
+    results = {}
+    for decoding in source.decodings:
+        config = decode_config(policy, source, compiled, decoding)
+        method = f"{name} {config.label}"
+        total = planned_rollouts(config, evaluated.instances, policy.config.z_dim)
+        desc = f"{label} evaluation ({config.label})".strip()
+        with Progress(total, desc, "rollout", stream=sys.stdout, interval=30.0) as progress:
+            evaluation = evaluate_policy(
+                policy,
+                evaluated.instances,
+                config,
+                convention=evaluated.convention,
+                bks=evaluated.bks,
+                pyvrp=pyvrp,
+                method=method,
+                progress=progress.update,
+            )
+        if evaluated.errors:
+            rows = evaluation.rows + error_rows(evaluated.errors, method)
+            summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
+            evaluation = Evaluation(rows, summary, evaluation.solutions)
+        results[decoding] = evaluation
+    return results
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """``eval_cost`` (mean exact cost over feasible solutions), ``eval_infeasible`` (count)
-    and, where the instances have a PyVRP reference, ``eval_gap_pyvrp_pct`` (mean gap to it)."""
-    mean = evaluation.summary["mean_cost"]
+    """``eval_cost`` (mean cost over feasible solutions), ``eval_infeasible`` (count),
+    ``eval_seconds`` and, where the instances have them, ``eval_gap_bks_pct`` and
+    ``eval_gap_pyvrp_pct`` (mean gaps to the best-known values and to PyVRP)."""
+    summary = evaluation.summary
+    mean = summary["mean_cost"]
     metrics = {
         EVAL_COST: float(mean) if math.isfinite(mean) else math.inf,
-        EVAL_INFEASIBLE: float(evaluation.summary["errors"]),
+        EVAL_INFEASIBLE: float(summary["errors"]),
+        EVAL_SECONDS: float(summary["seconds"]),
     }
-    gap = evaluation.summary["mean_pyvrp_gap_pct"]
-    if math.isfinite(gap):
-        metrics[EVAL_GAP_PYVRP_PCT] = float(gap)
+    gaps = ((EVAL_GAP_BKS_PCT, "mean_gap_bks_pct"), (EVAL_GAP_PYVRP_PCT, "mean_pyvrp_gap_pct"))
+    for metric, key in gaps:
+        if math.isfinite(summary[key]):
+            metrics[metric] = float(summary[key])
     return metrics
 
 
 def log_evaluation(
-    mlflow: Any, evaluation: Evaluation, instances: Instance, set_name: str, folder: Path
-) -> None:
-    """Log rows (CSV), summary (JSON), metrics and a route plot of the first instance."""
+    mlflow: Any,
+    evaluations: dict[str, Evaluation],
+    evaluated: BenchmarkSet,
+    source: EvaluationSource,
+    folder: Path,
+) -> dict[str, float]:
+    """Log each decoding's rows (CSV), summary (JSON) and metrics (a further decoding's named
+    for it) and a route plot of the first instance; returns the metrics logged."""
     folder.mkdir(parents=True, exist_ok=True)
-    rows_path = folder / "evaluation_rows.csv"
-    write_atomic(rows_path, rows_csv(evaluation.rows))
-    summary_path = folder / "evaluation_summary.json"
-    write_atomic(summary_path, summary_json(evaluation.summary))
-    mlflow.log_artifact(str(rows_path))
-    mlflow.log_artifact(str(summary_path))
-    mlflow.log_metrics(evaluation_metrics(evaluation))
-    mlflow.set_tag("eval_set", set_name)
-    first = evaluation.rows[0]
-    solution = evaluation.solutions.get(first.instance)
-    if solution:
+    logged: dict[str, float] = {}
+    for decoding, evaluation in evaluations.items():
+        first = decoding == source.decoding
+        for name, content in (
+            (EVALUATION_ROWS, rows_csv(evaluation.rows)),
+            (EVALUATION_SUMMARY, summary_json(evaluation.summary)),
+        ):
+            path = folder / artifact_name(name, decoding, first)
+            write_atomic(path, content)
+            mlflow.log_artifact(str(path))
+        for key, value in evaluation_metrics(evaluation).items():
+            logged[key if first else per_decoding(key, decoding)] = value
+    mlflow.log_metrics(logged)
+    mlflow.set_tag("eval_set", evaluated.name)
+    evaluation = evaluations[source.decoding]
+    row = evaluation.rows[0] if evaluation.rows else None
+    solution = evaluation.solutions.get(row.instance) if row else None
+    if row is not None and solution:
+        instance = next(i for i in evaluated.instances if i.names[0] == row.instance)
         plot_path = folder / "routes.png"
-        title = f"{set_name} {first.instance}: {first.cost_exact:.2f}"
-        write_atomic(plot_path, plot_routes(instances.select([0]), solution, title))
+        title = f"{evaluated.name} {row.instance}: {row.cost:.2f}"
+        write_atomic(plot_path, plot_routes(instance, solution, title))
         mlflow.log_artifact(str(plot_path))
+    return logged
 
 
-__all__ = ["decode_config", "evaluate_trial", "evaluation_metrics", "log_evaluation"]
+__all__ = [
+    "EVALUATION_ROWS",
+    "artifact_name",
+    "decode_config",
+    "evaluate_trial",
+    "evaluation_metrics",
+    "log_evaluation",
+]

@@ -76,7 +76,7 @@ from orchestration.trial.checkpoints import (
     remove_preempted,
     restore_newest_intact,
 )
-from orchestration.trial.evaluation import evaluate_trial, evaluation_metrics, log_evaluation
+from orchestration.trial.evaluation import evaluate_trial, log_evaluation
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.preemption import TrialGuard
 from orchestration.trial.resources import check_device, worker_resources
@@ -327,16 +327,15 @@ def _evaluate(
     work_dir: Path,
 ) -> dict[str, float] | None:
     """The final policy on the plan's evaluation set, logged; its metrics (None: no set)."""
-    evaluation_instances = evaluation_set(plan.run, validation, open_filesystem)
-    if evaluation_instances is None:
+    evaluated = evaluation_set(plan.run, validation, open_filesystem)
+    if evaluated is None:
         return None
-    instances, set_name = evaluation_instances
     final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
-    evaluation = evaluate_trial(
-        final_policy, instances, plan.run.evaluation, plan.run_name, plan.run.train.compile
+    source, run = plan.run.evaluation, plan.run
+    evaluations = evaluate_trial(
+        final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant
     )
-    log_evaluation(writer, evaluation, instances, set_name, work_dir / "evaluation")
-    return evaluation_metrics(evaluation)
+    return log_evaluation(writer, evaluations, evaluated, source, work_dir / "evaluation")
 
 
 def _fit_data_parallel(

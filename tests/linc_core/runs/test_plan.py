@@ -3,6 +3,8 @@ and the functions that realise a plan's data (no Ray, no platform)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -141,8 +143,11 @@ def test_generated_plan_realises_seeded_batches_and_validation() -> None:
     validation = validation_set(plan, data)
     assert validation is not None and validation.batch_size == 3
     torch.testing.assert_close(validation.locs, generate("cvrptw", 3, 6, 11).locs)
-    instances, name = evaluation_set(plan, validation)
-    assert instances is validation and name == "validation:cvrptw6"
+    evaluated = evaluation_set(plan, validation)
+    assert evaluated is not None and evaluated.name == "validation:cvrptw6"
+    assert [i.names for i in evaluated.instances] == [("row0",), ("row1",), ("row2",)]
+    torch.testing.assert_close(evaluated.instances[2].locs, validation.locs[2:3])
+    assert evaluated.convention == "exact" and evaluated.bks == {}
     none = resolve_run("full_linc", GENERATED, train={"validation_size": 0})
     assert validation_set(none, training_data(none)) is None and evaluation_set(none, None) is None
 
@@ -154,6 +159,24 @@ def test_solomon50_plan_trains_and_validates_on_the_56_instances(data_dir) -> No
     assert data_id(plan) == "solomon100-first50" and data.batches_per_epoch == 1
     assert validation is not None and (validation.batch_size, validation.num_customers) == (56, 50)
     assert data.batch(0, 0).batch_size == 56 and validation.locs.dtype == torch.float32
+
+
+def test_benchmark_evaluation_reads_the_set_with_its_convention_and_best_known_values(
+    data_dir,
+) -> None:
+    source = EvaluationSource("benchmark", "solomon100", decoding="sampling", also=("sgbs",))
+    plan = resolve_run("full_linc", GENERATED, train={"validation_size": 0}, evaluation=source)
+    evaluated = evaluation_set(plan, None)
+    assert evaluated is not None and len(evaluated.instances) == 56
+    assert evaluated.convention == "dimacs" and evaluated.bks["C101"] == pytest.approx(827.3)
+    assert source.decodings == ("sampling", "sgbs")
+    few = dataclasses.replace(source, limit=3)
+    evaluated = evaluation_set(dataclasses.replace(plan, evaluation=few), None)
+    assert [i.names[0] for i in evaluated.instances] == ["C101", "C102", "C103"]
+    with pytest.raises(ValueError, match=r"also: .*decodings other than 'sampling'"):
+        EvaluationSource("benchmark", "solomon100", decoding="sampling", also=("sampling",))
+    with pytest.raises(ValueError, match="uri: .*benchmark source"):
+        EvaluationSource("benchmark")
 
 
 def test_settings_hold_every_effective_field() -> None:

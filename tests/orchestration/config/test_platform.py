@@ -158,7 +158,10 @@ def test_variant_switches_win_over_protocol_settings() -> None:
         ("train.learning_rate=-0.5", "train.learning_rate: expected > 0, got -0.5"),
         ("train.epochs=ten", "train.epochs: expected int, got 'ten'"),
         ("data.eval_augment=3", "data.eval_augment: expected one of (1, 8), got 3"),
-        ("data.eval_decoding=beam", "data.eval_decoding: expected one of ('greedy', 'sampling')"),
+        (
+            "data.eval_decoding=beam",
+            "data.eval_decoding: expected one of ('greedy', 'sampling', 'sgbs')",
+        ),
         ("model.variant=fancy", "model.variant: expected one of"),
         ("model.overrides.scorer=attention", "model.overrides.scorer: expected one of"),
         ("data=dataset", "data.uri"),
