@@ -4,6 +4,7 @@ only; Ray is not imported).
     linc-report ablation --experiment linc-cpu --sweep ablation-cpu
     linc-report budget   --experiment linc-cpu
     linc-report benchmark --experiment linc-cpu
+    linc-report main --experiment linc-main --sweep main-cpu --out reports/main-cpu
     linc-report ablation --tracking-uri http://mlflow.internal:5000 --experiment linc-ablation
     linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
     linc-report register --run 4aae6ca33cbe4242943689250623677d --name linc-cpu
@@ -13,10 +14,17 @@ only; Ray is not imported).
 table: intervals over seeds, the gap paired by seed and instance with its bootstrap interval, and
 whether its sign is resolved (``orchestration.report.ablation``). ``benchmark``: per evaluation
 set and variant, the mean cost and the count of infeasible solutions. ``budget``: per run,
-epochs, wall time and parameter count. ``--out DIR`` writes the table as ``DIR/TABLE.md``; for
+epochs, wall time and parameter count. ``main``: the paper's main table of a sweep evaluated on
+a benchmark (``preset=main-cpu``): method x benchmark, Obj., gap to BKS, time, the BKS and
+PyVRP rows, each Full LINC-vs-baseline gap paired by seed and instance with its bootstrap
+interval and whether the ordering is resolved, the budget in the caption
+(``orchestration.report.main_table``); with ``--out`` also ``time_to_quality.png``.
+``--out DIR`` writes the table as ``DIR/TABLE.md``; for
 ``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
 ``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.report.figures``);
 ``--reference-curves FILE`` compares a seed's training curves with published ones.
+``main --register SUFFIX`` registers each model's best trial (lowest ``eval_cost``) as
+``linc-SUFFIX``, ``polynet-SUFFIX`` and ``pomo-SUFFIX``.
 ``register --run RUN_ID --name NAME``: the trial run's final policy logged as a pyfunc model on
 that run and registered (``orchestration.tracking.registry``; a sweep with
 ``tracking.register`` registers its best trial itself).
@@ -50,6 +58,18 @@ def benchmark_table(rows: Sequence[dict[str, Any]]) -> str:
             cells = (eval_set, row["label"], obj, f"{row['infeasible']:.0f}", str(row["seeds"]))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def best_per_model(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """``{variant: run_id}`` of each variant's trial with the lowest ``eval_cost``."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        cost = row.get("eval_cost")
+        if cost is not None and (
+            row["variant"] not in best or cost < best[row["variant"]]["eval_cost"]
+        ):
+            best[row["variant"]] = row
+    return {variant: row["run_id"] for variant, row in best.items()}
 
 
 def budget_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -89,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         description="The paper-shaped tables rebuilt from MLflow runs, and a trial's policy "
         "registered as an MLflow model (reads the tracking store only).",
     )
-    parser.add_argument("table", choices=("ablation", "benchmark", "budget", "register"))
+    parser.add_argument("table", choices=("ablation", "benchmark", "budget", "main", "register"))
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--experiment", default="linc-cpu")
     parser.add_argument("--sweep", default=None, help="only the trials of this sweep")
@@ -113,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
         "--run", default=None, help="register: the trial run whose final policy is registered"
     )
     parser.add_argument("--name", default="linc", help="register: the registered model's name")
+    parser.add_argument(
+        "--register",
+        default=None,
+        metavar="SUFFIX",
+        help="main: register each model's best trial (lowest eval_cost) as linc-SUFFIX, "
+        "polynet-SUFFIX, pomo-SUFFIX (e.g. cvrptw-cpu)",
+    )
     return parser
 
 
@@ -149,6 +176,13 @@ def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dic
         return benchmark_table(rows), {}
     if args.table == "budget":
         return budget_table(rows), {}
+    if args.table == "main":
+        from orchestration.report.ablation import finished_trial_runs
+        from orchestration.report.main_table import main_report_files
+
+        runs = finished_trial_runs(client, args.experiment, sweep=args.sweep)
+        files = main_report_files(client, runs, compare_to)
+        return files.pop("main_table.md").decode().rstrip(), files
     from orchestration.report.ablation import collect, report_files
 
     table = ablation_table(rows, compare_to)
@@ -187,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
     table, files = _table(args, client, rows)
     print(table)
+    if args.table == "main" and args.register:
+        for variant, run_id in best_per_model(rows).items():
+            name = f"{'linc' if variant == 'full_linc' else variant}-{args.register}"
+            if _register(tracking_uri, run_id, name) != 0:
+                return 2
     if args.out is not None:
         files = {f"{args.table}_table.md": (table + "\n").encode()} | files
         for name, data in files.items():

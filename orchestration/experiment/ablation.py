@@ -13,6 +13,7 @@ from linc_core.metrics import SWEEP_SECONDS
 from orchestration.config.platform import PlatformConfig
 from orchestration.experiment.sweep import Sweep, SweepResult, result_row
 from orchestration.report.ablation import log_ablation_report
+from orchestration.report.main_table import log_main_report
 from orchestration.report.tables import ablation_table
 
 
@@ -40,7 +41,7 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
         sweep.finish_with(
             texts={"ablation_table.md": table, "ablation_rows.json": json.dumps(rows, indent=2)},
             metrics={SWEEP_SECONDS: time.perf_counter() - started},
-            report=lambda: log_ablation_report(runs.parent, runs.tracking, spec.compare_to),
+            report=lambda: _report(config, runs, spec.compare_to),
             description=(
                 f"Ablation {spec.name}: {len(spec.variants)} variants x {len(spec.seeds)} "
                 f"seed(s), gaps relative to {spec.compare_to}. The statistics with intervals "
@@ -48,6 +49,14 @@ def run_ablation(config: PlatformConfig) -> SweepResult:
             ),
         )
     return sweep.result(rows, table)
+
+
+def _report(config: PlatformConfig, runs, compare_to: str) -> None:
+    """The ablation's statistics and figures; a sweep evaluated on a benchmark (the main
+    table's, ``preset=main-cpu``) also gets the main table and the time-to-quality figure."""
+    log_ablation_report(runs.parent, runs.tracking, compare_to)
+    if config.run.evaluation.source == "benchmark":
+        log_main_report(runs.parent, runs.tracking, compare_to)
 
 
 __all__ = ["run_ablation"]
