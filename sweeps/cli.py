@@ -27,11 +27,11 @@ def print_mlflow_ui(
     import re
 
     from linc_core.utils.secrets import redact
-    from orchestration.tracking.store import runs_view_url
+    from orchestration.tracking.store import RUNS_VIEW, runs_view_url, sweep_view_id
 
     server = tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
     shown = redact(tracking_uri)
-    experiment_id = None
+    experiment_id, view = None, RUNS_VIEW
     if parent_run_id:
         print(f"MLflow parent run {parent_run_id}; browse the runs with:")
         try:
@@ -39,6 +39,7 @@ def print_mlflow_ui(
 
             run = MlflowClient(tracking_uri=tracking_uri).get_run(parent_run_id)
             experiment_id = run.info.experiment_id
+            view = sweep_view_id(run.data.tags["sweep"]) if "sweep" in run.data.tags else view
         except Exception:  # noqa: BLE001 - only the link's precision is lost
             experiment_id = None
     else:
@@ -49,7 +50,8 @@ def print_mlflow_ui(
             print("  (*** stands for the store's password, masked here)")
     if experiment_id is not None:
         address = re.sub(r"//[^/@]*@", "//", server, count=1) if server else None
-        print(f"  then open {runs_view_url(address or 'http://127.0.0.1:5000', experiment_id)}")
+        link = runs_view_url(address or "http://127.0.0.1:5000", experiment_id, view)
+        print(f"  then open {link}")  # the sweep's own view: its trials only
     if registered is not None:
         print(f"The best policy is registered: mlflow.pyfunc.load_model('models:/{registered}')")
 

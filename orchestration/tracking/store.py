@@ -110,8 +110,7 @@ def sweep_view(sweep: Mapping[str, Any]) -> tuple[str, str]:
             "orderByKey": f"metrics.`{metrics[0]}`",
             "orderByAsc": modes[0] == "min",
         }
-    view_id = re.sub(r"[^A-Za-z0-9_-]+", "-", f"sweep-{name}")[:100]
-    return f"{VIEW_TAG_PREFIX}{view_id}", saved_view(f"{name}: its trials", state)
+    return f"{VIEW_TAG_PREFIX}{sweep_view_id(name)}", saved_view(f"{name}: its trials", state)
 
 
 def save_sweep_view(client: Any, experiment_id: str, sweep: Mapping[str, Any]) -> None:
@@ -122,11 +121,17 @@ def save_sweep_view(client: Any, experiment_id: str, sweep: Mapping[str, Any]) -
     client.set_experiment_tag(experiment_id, OPENING_VIEW_TAG, tag.removeprefix(VIEW_TAG_PREFIX))
 
 
-def runs_view_url(ui_address: str, experiment_id: str) -> str:
-    """The MLflow UI page of ``experiment_id`` with :func:`runs_view_state`'s table (in the UI's
-    model-training mode: it opens in its GenAI mode otherwise)."""
+def runs_view_url(ui_address: str, experiment_id: str, view: str = RUNS_VIEW) -> str:
+    """The MLflow UI page of ``experiment_id`` with saved view ``view`` (default
+    :func:`runs_view_state`'s; a sweep's: :func:`sweep_view_id`), in the UI's model-training
+    mode (it opens in its GenAI mode otherwise)."""
     page = f"{ui_address.rstrip('/')}/#/experiments/{experiment_id}/runs"
-    return f"{page}?workflowType=machine_learning&viewStateShareKey={RUNS_VIEW}"
+    return f"{page}?workflowType=machine_learning&viewStateShareKey={view}"
+
+
+def sweep_view_id(name: str) -> str:
+    """The id of sweep ``name``'s saved view (:func:`sweep_view`)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", f"sweep-{name}")[:100]
 
 
 def artifact_location(tracking_uri: str) -> str | None:
@@ -215,4 +220,5 @@ __all__ = [
     "saved_view",
     "save_sweep_view",
     "sweep_view",
+    "sweep_view_id",
 ]
