@@ -53,7 +53,7 @@ from linc_core.utils.secrets import redact
 from orchestration.failures import SweepRefused, one_line
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_run
-from orchestration.tracking.store import TRIAL_TAG, save_sweep_view
+from orchestration.tracking.store import TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
 
@@ -119,7 +119,7 @@ class SweepRuns:
                     folder,
                 )
             # the sweep's own view of the runs table, in the UI's Views menu (see store.py)
-            save_sweep_view(tracking.client(), tracking.experiment_id(), sweep)
+            tracking.save_sweep_view(sweep)
             if found is not None:
                 # RUNNING again only once Tune has restored the sweep: a sweep that cannot be
                 # restored keeps the status it had

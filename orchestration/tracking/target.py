@@ -26,6 +26,7 @@ from orchestration.tracking.store import (
     TRIAL_TAG,
     ensure_experiment,
     resolve_tracking_uri,
+    save_sweep_view,
 )
 from orchestration.tracking.writer import RunWriter
 
@@ -86,6 +87,11 @@ class TrackingTarget:
     def experiment_id(self) -> str:
         """The experiment's id, created if missing (``ensure_experiment``)."""
         return ensure_experiment(self.uri, self.experiment)
+
+    def save_sweep_view(self, sweep: dict[str, Any]) -> None:
+        """Save sweep ``sweep``'s view of the runs table on the experiment, the one it opens
+        on (``orchestration.tracking.store.save_sweep_view``)."""
+        save_sweep_view(self.client(), self.experiment_id(), sweep)
 
     def client(self) -> Any:
         """An ``MlflowClient`` of the store (for reads; writes go through :meth:`writer`)."""
