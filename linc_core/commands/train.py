@@ -169,6 +169,8 @@ def _train(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         plan = plan_from_args(args)
+    except CheckpointError:  # --resume read for its budget: main names the file
+        raise
     except ValueError as err:  # a ConfigError or a setting the configs refuse
         print(f"linc-train: invalid settings: {err}", file=sys.stderr)
         return 2
