@@ -71,6 +71,12 @@ def run_compile(quick: bool) -> list[dict]:
     return bench_compile(quick)
 
 
+def run_quality(quick: bool) -> list[dict]:
+    from bench.bench_quality import bench_quality
+
+    return bench_quality(quick=quick)
+
+
 BENCHMARKS = {
     "env": run_env,
     "generator": run_generator,
@@ -80,6 +86,7 @@ BENCHMARKS = {
     "platform": run_platform,
     "decode": run_decode,
     "compile": run_compile,
+    "quality": run_quality,
 }
 
 

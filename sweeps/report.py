@@ -18,7 +18,8 @@ epochs, wall time and parameter count. ``main``: the paper's main table of a swe
 a benchmark (``preset=main-cpu``): method x benchmark, Obj., gap to BKS, time, the BKS and
 PyVRP rows, each Full LINC-vs-baseline gap paired by seed and instance with its bootstrap
 interval and whether the ordering is resolved, the budget in the caption
-(``orchestration.report.main_table``); with ``--out`` also ``time_to_quality.png``.
+(``orchestration.report.main_table``); with ``--out`` also ``time_to_quality.png``, with
+``--peer-curve FILE`` an external model's curve on it (``python -m bench.bench_quality``).
 ``--out DIR`` writes the table as ``DIR/TABLE.md``; for
 ``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
 ``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.report.figures``);
@@ -35,6 +36,7 @@ The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -103,6 +105,19 @@ def _register(tracking_uri: str, run_id: str, name: str) -> int:
     return 0
 
 
+def _log_on_parents(client, runs, files: dict[str, bytes]) -> None:
+    """``files`` as ``report/NAME`` artifacts of the runs' sweep parent run(s)."""
+    import tempfile
+
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs} - {None}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, content in files.items():
+            write_atomic(Path(folder) / name, content)
+        for parent in sorted(parents):
+            client.log_artifacts(parent, folder, artifact_path="report")
+            print(f"logged {', '.join(sorted(files))} on run {parent} (report/)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="linc-report",
@@ -133,6 +148,20 @@ def _parser() -> argparse.ArgumentParser:
         "--run", default=None, help="register: the trial run whose final policy is registered"
     )
     parser.add_argument("--name", default="linc", help="register: the registered model's name")
+    parser.add_argument(
+        "--peer-curve",
+        type=Path,
+        action="append",
+        default=[],
+        help="main: an external model's time-to-quality curve to draw beside the sweep's "
+        "(python -m bench.bench_quality --out FILE: rl4co's PolyNet)",
+    )
+    parser.add_argument(
+        "--log",
+        action="store_true",
+        help="main: log the table and figure on the sweep's parent run too (report/), e.g. "
+        "after adding a --peer-curve",
+    )
     parser.add_argument(
         "--register",
         default=None,
@@ -181,7 +210,19 @@ def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dic
         from orchestration.report.main_table import main_report_files
 
         runs = finished_trial_runs(client, args.experiment, sweep=args.sweep)
-        files = main_report_files(client, runs, compare_to)
+        peers = {}
+        for path in args.peer_curve:  # {"label": ..., "curve": [[seconds, gap], ...]}
+            try:
+                peer = json.loads(path.read_text())
+                peers[peer["label"]] = [(float(t), float(g)) for t, g in peer["curve"]]
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                raise SystemExit(
+                    f"linc-report: --peer-curve {path}: expected the JSON python -m "
+                    f"bench.bench_quality writes ({type(err).__name__}: {err})"
+                ) from None
+        files = main_report_files(client, runs, compare_to, peers)
+        if args.log:
+            _log_on_parents(client, runs, files)
         return files.pop("main_table.md").decode().rstrip(), files
     from orchestration.report.ablation import collect, report_files
 

@@ -304,11 +304,18 @@ def main_table(data: MainData, compare_to: str | None = "full_linc") -> str:
     return "\n\n".join([*tables, budget_caption(data)]).strip()
 
 
-def main_report_files(client: Any, runs: Sequence[Any], compare_to: str | None) -> dict[str, bytes]:
+def main_report_files(
+    client: Any,
+    runs: Sequence[Any],
+    compare_to: str | None,
+    peers: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+) -> dict[str, bytes]:
     """``main_table.md``, ``time_to_quality.png`` and ``.json`` (the gap each model reached at
     the budget) of a sweep's finished trial ``runs``: what the sweep logs on its parent run
-    and ``linc-report main --out`` writes. The validation sets' PyVRP reference takes at most
-    1 s per instance (the evaluation's budget when smaller)."""
+    and ``linc-report main --out`` writes; ``peers``: external curves ``{label: [(train
+    seconds, gap %)]}`` drawn beside them (``bench.bench_quality``'s rl4co PolyNet). The
+    validation sets' PyVRP reference takes at most 1 s per instance (the evaluation's budget
+    when smaller)."""
     import json
 
     from orchestration.report.time_to_quality import quality_curves, time_to_quality_chart
@@ -319,7 +326,7 @@ def main_report_files(client: Any, runs: Sequence[Any], compare_to: str | None) 
     budget = min([1.0, *[s for s in seconds if math.isfinite(s) and s > 0]])
     curves = quality_curves(client, runs, budget)
     if curves:
-        chart = time_to_quality_chart(curves)
+        chart = time_to_quality_chart(curves, peers)
         files["time_to_quality.png"] = chart.png
         reached = {label: {"minutes": m, "gap_pct": g} for label, (m, g) in chart.values.items()}
         files["time_to_quality.json"] = json.dumps(reached, indent=2).encode()

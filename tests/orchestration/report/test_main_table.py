@@ -167,6 +167,16 @@ def test_the_main_table_is_what_the_runs_logged(main_sweep, capsys) -> None:
     assert all(
         0 < point["minutes"] < 0.2 and math.isfinite(point["gap_pct"]) for point in reached.values()
     )
+    # an external peer's curve (bench.bench_quality's JSON) drawn beside them, logged on it too
+    peer = folder / "peer.json"
+    peer.write_text(json.dumps({"label": "rl4co PolyNet", "curve": [[0, 90.0], [2.4, 61.5]]}))
+    arguments = ["main", "--tracking-uri", uri, "--experiment", "linc-main-smoke"]
+    assert report_main([*arguments, "--peer-curve", str(peer), "--log"]) == 0
+    logged = Path(client.download_artifacts(parent, "report/time_to_quality.json")).read_text()
+    assert json.loads(logged)["rl4co PolyNet"] == {"minutes": pytest.approx(0.04), "gap_pct": 61.5}
+    peer.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match=r"--peer-curve .*peer.json: expected the JSON"):
+        report_main([*arguments, "--peer-curve", str(peer)])
 
 
 def test_each_models_best_policy_is_registered_and_solves_c101(main_sweep, data_dir) -> None:
