@@ -50,6 +50,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVALUATION_ROWS = "evaluation_rows.csv"
+EVALUATION_SUMMARY = "evaluation_summary.json"
+
+
+def artifact_name(name: str, decoding: str, first: bool) -> str:
+    """A trial's evaluation file of one decoding: ``evaluation_rows.csv`` for its ``first``
+    (the one ``eval_cost`` reports), ``evaluation_rows_sgbs.csv`` for SGBS as a further one."""
+    if first:
+        return name
+    stem, suffix = name.rsplit(".", 1)
+    return f"{stem}_{decoding}.{suffix}"
+
+
 CURVE_METRIC = TRAIN_BEST_COST
 
 History = list[tuple[int, float]]
@@ -314,7 +326,10 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
 
 
 __all__ = [
+    "EVALUATION_ROWS",
+    "EVALUATION_SUMMARY",
     "AblationData",
+    "artifact_name",
     "collect",
     "evaluation_costs",
     "finished_trial_runs",

@@ -37,8 +37,8 @@ import numpy as np
 
 from linc_core.metrics import EPOCH
 from linc_core.presets import PRESETS
+from orchestration.report.ablation import EVALUATION_ROWS, artifact_name
 from orchestration.report.statistics import VariantStatistics, variant_statistics
-from orchestration.trial.evaluation import EVALUATION_ROWS, artifact_name
 
 # {set: {decoding: {variant: {seed: {instance: row}}}}}, a row the CSV's fields as floats/str
 Results = dict[str, dict[str, dict[str, dict[int, dict[str, dict[str, Any]]]]]]

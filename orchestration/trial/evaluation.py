@@ -40,9 +40,8 @@ from linc_core.presets import PRESETS
 from linc_core.runs.plan import EvaluationSource
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
+from orchestration.report.ablation import EVALUATION_ROWS, EVALUATION_SUMMARY, artifact_name
 
-EVALUATION_ROWS = "evaluation_rows.csv"
-EVALUATION_SUMMARY = "evaluation_summary.json"
 # SGBS's initial greedy z-rollouts at most (the reference's 128; fewer when the budget is smaller)
 SGBS_Z = DecodeConfig.sgbs_z
 
@@ -68,15 +67,6 @@ def decode_config(
         sgbs_z=max(defaults.beam_width, min(source.rollouts, SGBS_Z)),
         compile=compiled,
     )
-
-
-def artifact_name(name: str, decoding: str, first: bool) -> str:
-    """``evaluation_rows.csv`` for the ``first`` decoding, ``evaluation_rows_sgbs.csv`` for
-    SGBS as a further one."""
-    if first:
-        return name
-    stem, suffix = name.rsplit(".", 1)
-    return f"{stem}_{decoding}.{suffix}"
 
 
 def evaluate_trial(
@@ -179,8 +169,6 @@ def log_evaluation(
 
 
 __all__ = [
-    "EVALUATION_ROWS",
-    "artifact_name",
     "decode_config",
     "evaluate_trial",
     "evaluation_metrics",
