@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from linc_core.metrics import EVAL_COST
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact, redact_logging
 
@@ -66,9 +67,9 @@ def best_per_model(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     """``{variant: run_id}`` of each variant's trial with the lowest ``eval_cost``."""
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
-        cost = row.get("eval_cost")
+        cost = row.get(EVAL_COST)
         if cost is not None and (
-            row["variant"] not in best or cost < best[row["variant"]]["eval_cost"]
+            row["variant"] not in best or cost < best[row["variant"]][EVAL_COST]
         ):
             best[row["variant"]] = row
     return {variant: row["run_id"] for variant, row in best.items()}

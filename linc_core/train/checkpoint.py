@@ -33,6 +33,7 @@ import torch
 
 from linc_core import __version__
 from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.metrics import TRAIN_SECONDS
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
 from linc_core.utils.typed import build
@@ -170,7 +171,7 @@ def build_payload(
         "rng_state": torch.get_rng_state(),
         "batch_in_epoch": partial_epoch["batches"] if partial_epoch else 0,
         "partial_epoch": partial_epoch,
-        "train_seconds": float(train_seconds),
+        TRAIN_SECONDS: float(train_seconds),
     }
 
 

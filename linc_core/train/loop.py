@@ -210,7 +210,7 @@ def fit(
         result.global_step = payload["global_step"]
         result.history = list(payload["history"])
         partial = payload.get("partial_epoch")
-        spent = payload.get("train_seconds") or sum(r.get(SECONDS, 0.0) for r in result.history)
+        spent = payload.get(TRAIN_SECONDS) or sum(r.get(SECONDS, 0.0) for r in result.history)
     budget = BudgetClock.start(config, spent, clock)
     result.train_seconds = budget.spent
     broadcast_module_(policy, world)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from linc_core.metrics import RUNS_TABLE_METRICS
+from linc_core.metrics import EPOCH, EVAL_COST, RUNS_TABLE_METRICS, VALIDATION_COST
 from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 
@@ -98,13 +98,13 @@ def sweep_view(sweep: Mapping[str, Any]) -> tuple[str, str]:
     name = str(sweep["name"])
     state = runs_view_state() | {"searchFilter": f"tags.`sweep` = '{name}'"}
     if sweep.get("kind") == "search":
-        metrics = sweep.get("metric") or "validation_cost"
+        metrics = sweep.get("metric") or VALIDATION_COST
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
         modes = sweep.get("mode") or "min"
         modes = [modes] if isinstance(modes, str) else list(modes)
         params = [key.replace(".overrides.", ".") for key in sweep.get("space") or {}]
         columns = ["tags.`optuna.trial_number`", *(f"params.`{key}`" for key in params)]
-        columns += [f"metrics.`{m}`" for m in dict.fromkeys([*metrics, "eval_cost", "epoch"])]
+        columns += [f"metrics.`{m}`" for m in dict.fromkeys([*metrics, EVAL_COST, EPOCH])]
         state |= {
             "selectedColumns": [*columns, "attributes.`Duration`"],
             "orderByKey": f"metrics.`{metrics[0]}`",
