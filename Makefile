@@ -31,12 +31,13 @@ docs: setup
 docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# The default run: lint, the docs, then every test not marked slow.
+# The default run: lint, the docs, then every test not marked slow (bench's peer tests run in
+# make bench, which installs that peer).
 test: lint docs
-	$(BIN)/pytest -m "not slow" -q
+	$(BIN)/pytest -m "not slow and not bench" -q
 
 test-all: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -m "not bench" -q
 
 # The whole fault matrix (faults/): real servers on loopback, one sweep per fault (~30 minutes).
 faults: setup
@@ -48,6 +49,7 @@ demo: setup
 # Side-by-side benchmarks against peers (rl4co is installed here only, never a dependency).
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/pytest -q -m bench tests/bench
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m bench
 
 clean:

@@ -9,7 +9,8 @@ import torch
 from linc_core.train.data import generate
 from linc_core.verify import verify_instance
 
-pytest.importorskip("rl4co", reason="rl4co is the bench's peer (make bench installs it)")
+# rl4co is the bench's peer, installed by `make bench` (never a dependency): that target runs this.
+pytestmark = pytest.mark.bench
 
 
 def test_every_route_set_rl4co_allows_on_a_converted_instance_is_feasible_for_linc() -> None:
