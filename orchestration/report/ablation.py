@@ -22,7 +22,7 @@ import io
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -302,21 +302,42 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
     (:func:`trial_gaps`). ``tracking`` is the sweep's store and experiment. A store that does
     not answer costs the report, with a warning naming the command that rebuilds it, never the
     sweep."""
-    client = tracking.client()
-    try:
-        runs = finished_trial_runs(client, tracking.experiment, parent_run_id=parent.run_id)
+
+    def build(client: Any, runs: list) -> dict[str, bytes]:
         data = collect(client, run_rows(runs))
         compare = compare_to if compare_to in data.costs else None
         files = report_files(data, compare)
         for run_id, gap in trial_gaps(data, compare).items():
             client.log_metric(run_id, GAP_VS_VARIANT_PCT, gap)
             client.set_tag(run_id, "gap_vs_variant", compare)
+        return files
+
+    log_derived_report(parent, tracking, ("ablation report", "ablation"), build)
+
+
+def log_derived_report(
+    parent: Any,
+    tracking: TrackingTarget,
+    names: tuple[str, str],
+    build: Callable[[Any, list], dict[str, bytes]],
+) -> None:
+    """Log the files ``build(client, finished trial runs)`` returns under ``report/`` of the
+    sweep's ``parent`` run. A store that does not answer costs the report, with a warning naming
+    the command that rebuilds it (``names``: what the report is, its ``linc-report``
+    subcommand), never the sweep."""
+    what, command = names
+    client = tracking.client()
+    try:
+        runs = finished_trial_runs(client, tracking.experiment, parent_run_id=parent.run_id)
+        files = build(client, runs)
     except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
         logger.warning(
-            "ablation report not logged on run %s (%s); rebuild it with: linc-report ablation "
+            "%s not logged on run %s (%s); rebuild it with: linc-report %s "
             "--tracking-uri %s --experiment %s --out DIR",
+            what,
             parent.run_id,
             " ".join(str(err).split())[:200],
+            command,
             tracking.shown_uri,
             tracking.experiment,
         )
@@ -326,6 +347,7 @@ def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str |
 
 
 __all__ = [
+    "log_derived_report",
     "EVALUATION_ROWS",
     "EVALUATION_SUMMARY",
     "AblationData",

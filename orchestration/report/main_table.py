@@ -337,26 +337,12 @@ def log_main_report(parent: Any, tracking: Any, compare_to: str | None) -> None:
     """The main table and the time-to-quality figure of the trial runs under the sweep's
     ``parent`` run (a ``RunWriter``), logged on it under ``report/``; a store that does not
     answer costs the report (a warning naming the command that rebuilds it), never the sweep."""
-    import logging
+    from orchestration.report.ablation import log_derived_report
 
-    from orchestration.report.ablation import finished_trial_runs
+    def build(client: Any, runs: list) -> dict[str, bytes]:
+        return main_report_files(client, runs, compare_to)
 
-    client = tracking.client()
-    try:
-        runs = finished_trial_runs(client, tracking.experiment, parent_run_id=parent.run_id)
-        files = main_report_files(client, runs, compare_to)
-    except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
-        logging.getLogger(__name__).warning(
-            "main table not logged on run %s (%s); rebuild it with: linc-report main "
-            "--tracking-uri %s --experiment %s --out DIR",
-            parent.run_id,
-            " ".join(str(err).split())[:200],
-            tracking.shown_uri,
-            tracking.experiment,
-        )
-        return
-    for name, content in files.items():
-        parent.log_bytes(content, f"report/{name}")
+    log_derived_report(parent, tracking, ("main table", "main"), build)
 
 
 __all__ = [

@@ -107,3 +107,25 @@ def test_linc_report_without_a_store_refuses_and_creates_nothing(tmp_path, monke
         f"linc-report: --tracking-uri: no database at {missing}",
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_the_store_cannot_give_costs_a_warning_not_the_sweep(tmp_path, caplog) -> None:
+    """Both sweep reports (ablation, main table) go through log_derived_report: a store without
+    the sweep's experiment logs nothing and warns once, naming the command that rebuilds it."""
+    from types import SimpleNamespace
+
+    from orchestration.report.main_table import log_main_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logged: list[str] = []
+    parent = SimpleNamespace(run_id="r1", log_bytes=lambda content, path: logged.append(path))
+    tracking = SimpleNamespace(
+        client=lambda: MlflowClient(tracking_uri=uri), experiment="gone", shown_uri=uri
+    )
+    with caplog.at_level("WARNING"):
+        log_main_report(parent, tracking, "full_linc")
+    (record,) = [r for r in caplog.records if "not logged" in r.getMessage()]
+    message = record.getMessage()
+    assert message.startswith("main table not logged on run r1 (no MLflow experiment 'gone'")
+    assert f"rebuild it with: linc-report main --tracking-uri {uri} --experiment gone" in message
+    assert logged == []
