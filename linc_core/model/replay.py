@@ -205,6 +205,13 @@ def replay_log_likelihood(
     return next(_chunk_sums(policy, trajectory, decisions, cache, decisions.count))
 
 
+def at_least_float32(values: Tensor) -> Tensor:
+    """``values`` in float32 when half precision (a sum under autocast), else in their own
+    dtype: a loss or a credit is never computed below float32, nor below the model's dtype
+    (a float64 run keeps float64)."""
+    return values.to(torch.promote_types(values.dtype, torch.float32))
+
+
 def backward_replay(
     policy: ScoringPolicy,
     trajectory: Trajectory,
@@ -251,9 +258,7 @@ def backward_replay(
             chunk_sum = next(sums, None)
         if chunk_sum is None:
             break
-        # at least float32 (a half-precision sum under autocast), never less than the model's dtype
-        loss_dtype = torch.promote_types(chunk_sum.dtype, torch.float32)
-        backward(chunk_sum.to(loss_dtype) * loss_scale)
+        backward(at_least_float32(chunk_sum) * loss_scale)
         total = total + chunk_sum.detach().to(weight.dtype)
     # The chunks' gradients met at the cache: one backward pass through the encoder.
     roots = [(getattr(cache, n), leaves[n].grad) for n in names if leaves[n].grad is not None]
@@ -264,6 +269,7 @@ def backward_replay(
 
 
 __all__ = [
+    "at_least_float32",
     "PackedDecisions",
     "backward_replay",
     "chunk_log_likelihood",

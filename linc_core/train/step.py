@@ -21,7 +21,7 @@ from torch import Tensor
 from linc_core.config import TrainConfig
 from linc_core.instances import Instance
 from linc_core.model.policy import LincPolicy
-from linc_core.model.replay import backward_replay
+from linc_core.model.replay import at_least_float32, backward_replay
 from linc_core.model.sampling import BatchRows, row_seeds, sample_z
 from linc_core.problems.rollout import pomo_starts
 from linc_core.train.advantage import (
@@ -177,7 +177,10 @@ def train_step(
                 keep_trajectory=True,
                 compiled=config.compile,
             )
-    cost = result.cost.detach().float()
+    # At least float32 (costs of a half-precision model), never below the model's dtype: a
+    # float64 run keeps float64 credit, or its group-mean advantages would carry float32's
+    # rounding (the CUDA-vs-CPU float64 check saw 1e-5 loss differences from it).
+    cost = at_least_float32(result.cost.detach())
     steps, trajectory = result.steps, result.trajectory
     del result
     advantage, mask, tau = advantages(cost, config, progress, world)
@@ -197,7 +200,7 @@ def train_step(
         compiled=config.compile,
     )
     del trajectory, encoded
-    loss = weighted_sum.float() * loss_scale
+    loss = at_least_float32(weighted_sum) * loss_scale
     # Reduce before unscaling: every rank then sees the same inf/nan and skips together.
     all_reduce_grads(policy.parameters(), world)
     if scaler is not None:

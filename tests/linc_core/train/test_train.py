@@ -360,7 +360,9 @@ def test_chunked_training_step_has_the_loss_and_gradient_of_the_autograd_step(
 ) -> None:
     """``train_step`` (sample without autograd, replay the weighted decisions chunk by chunk)
     gives the gradient of the plain REINFORCE loss ``-mean(A m log p)`` of the same rollouts
-    computed under autograd, to 1e-10 in float64, for any chunk size."""
+    computed under autograd, to 1e-10 in float64, for any chunk size; its loss and mean cost are
+    float64's too (a float32 cast of the costs once gave the GPU check's CUDA-vs-CPU float64
+    rows 1e-5 differences)."""
     k, batch = 6, 3
     instance = generate(problem, batch, 10, seed=5).to(dtype=torch.float64)
     grads = {}
@@ -379,14 +381,16 @@ def test_chunked_training_step_has_the_loss_and_gradient_of_the_autograd_step(
                 starts=draws.starts,
                 sample_seeds=draws.sample_seeds,
             )
-            advantage, mask, _ = advantages(direct.cost.detach().float(), config, progress)
+            advantage, mask, _ = advantages(direct.cost.detach(), config, progress)
             loss = -(advantage * mask * direct.log_likelihood).sum() / (batch * k)
             loss.backward()
             expected_loss = float(loss.detach())
+            expected_cost = float(direct.cost.mean())
         else:
             optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
             metrics = train_step(policy, optimizer, instance, config, progress, seed=3)
-            assert metrics.loss == pytest.approx(expected_loss, rel=1e-6, abs=1e-9)
+            assert metrics.loss == pytest.approx(expected_loss, rel=1e-10, abs=1e-12)
+            assert metrics.mean_cost == pytest.approx(expected_cost, rel=1e-14)
         grads[chunk] = [
             p.grad.clone() if p.grad is not None else torch.zeros_like(p)
             for p in policy.parameters()
