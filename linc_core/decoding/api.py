@@ -109,7 +109,7 @@ def decode(
     policy.eval()
     began = time.perf_counter()
     device = next(policy.parameters()).device
-    rows = make_rows(instances.to(device=device), config.augment, _model_dtype(policy))
+    rows = make_rows(instances, config.augment, _model_dtype(policy), device)
     counter = _Counter(progress)
     greedy_start = None
     if config.method == "sgbs":

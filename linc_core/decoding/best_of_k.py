@@ -76,16 +76,26 @@ class Rows:
 
     def z(self, num_z: int, z_dim: int, seed: int) -> Tensor:
         """``[R, num_z, z_dim]`` distinct z-vectors per row, prefix-stable in ``num_z``."""
-        seeds = self.seeds(seed, "z").to(self.instance.device)
+        seeds = self.seeds(seed, "z").to(self.instance.device, non_blocking=True)
         return sample_z(seeds, num_z, z_dim)
 
 
-def make_rows(instance: Instance, augment: int, dtype: torch.dtype) -> Rows:
-    """The (augmented) rows of ``instance`` cast to the model's ``dtype``."""
+def make_rows(
+    instance: Instance, augment: int, dtype: torch.dtype, device: torch.device | None = None
+) -> Rows:
+    """The (augmented) rows of ``instance`` cast to the model's ``dtype``, on ``device``
+    (default: the instance's).
+
+    The rows' fingerprints (which key their seeds) are hashed from one host copy of the batch:
+    none to make when ``instance`` is on the CPU, one transfer per field when it is on a GPU,
+    instead of one host-device synchronisation per field and row.
+    """
     base = instance.to(dtype=dtype)
-    rows = augment_dihedral(base) if augment == 8 else base
+    host = base.to(device="cpu")
     b = instance.batch_size
-    prints = tuple(base.fingerprint(i) for i in range(b))
+    prints = tuple(host.fingerprint(i) for i in range(b))
+    base = base.to(device=device)
+    rows = augment_dihedral(base) if augment == 8 else base
     return Rows(
         rows,
         torch.arange(b).repeat(augment),
@@ -162,7 +172,7 @@ def decode_best_of_k(
     z_dim = policy.config.z_dim
     block = min(num_rollouts, max_rollouts_per_chunk)
     rows_per_chunk = max(1, max_rollouts_per_chunk // block)
-    sample_seeds = rows.seeds(seed, "sample").to(device)
+    sample_seeds = rows.seeds(seed, "sample").to(device, non_blocking=True)
     for first in range(0, rows.count, rows_per_chunk):
         check_deadline(deadline)
         chunk = rows.select(slice(first, first + rows_per_chunk))

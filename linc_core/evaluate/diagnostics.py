@@ -259,8 +259,8 @@ def run_diagnostics(
     handle = policy.scorer.register_forward_hook(probe)
     try:
         for first in range(0, instances.batch_size, batch_size):
-            chunk = instances.select(slice(first, first + batch_size)).to(device=device)
-            rows = make_rows(chunk, 1, dtype)
+            chunk = instances.select(slice(first, first + batch_size))
+            rows = make_rows(chunk, 1, dtype, device)
             z = rows.z(num_z, policy.config.z_dim, seed) if policy.config.z_dim > 0 else None
             env = make_env(rows.instance, num_z)
             chooser = PolicyChooser(
