@@ -42,14 +42,20 @@ SECTION = "precision"
 GRAD_COSINE = 0.99
 CURVE_TOLERANCE = 0.03
 BATCH, ROLLOUTS, CUSTOMERS = 32, 32, 50
+MAX_SKIPPED_STEPS = 24  # 65536 / 2**24: far below any scale a finite fp16 gradient needs
 
 
 def _precisions(ctx: CheckContext) -> list[str]:
     return ["bf16", "fp16"] if ctx.has_cuda else ["bf16"]
 
 
-def _replayed_gradient(precision_name: str, ctx: CheckContext) -> torch.Tensor:
-    """The gradient of one fixed set of fp32 rollouts, recomputed under ``precision_name``."""
+def _replayed_gradient(precision_name: str, ctx: CheckContext) -> tuple[torch.Tensor, str]:
+    """The gradient of one fixed set of fp32 rollouts, recomputed under ``precision_name``, and
+    a note of the loss scale it took.
+
+    fp16 recomputes as a training step does: its ``GradScaler`` starts at 65536, and a scaled
+    gradient that overflows is a skipped step after which the scale halves; the gradient
+    compared is the first finite one (the one training would apply)."""
     model, train = variant_setup("full_linc", num_rollouts=ROLLOUTS, batch_size=BATCH)
     policy = seeded_policy(model).to(ctx.device)
     instance = generate("cvrptw", BATCH, CUSTOMERS, seed=7).to(ctx.device)
@@ -67,29 +73,38 @@ def _replayed_gradient(precision_name: str, ctx: CheckContext) -> torch.Tensor:
     precision = resolve_precision(precision_name, ctx.device)
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
     scaler = precision.grad_scaler()
-    optimizer.zero_grad()
-    with precision.autocast():
-        encoded = policy.encode(instance)
-    backward_replay(
-        policy,
-        sampled.trajectory,
-        encoded.cache,
-        advantage * mask,
-        loss_scale=-1.0 / (BATCH * ROLLOUTS),
-        chunk_rollouts=train.replay_chunk,
-        backward=torch.Tensor.backward if scaler is None else lambda x: scaler.scale(x).backward(),
-        autocast=precision.autocast,
-    )
-    if scaler is not None:
+    for skipped in range(MAX_SKIPPED_STEPS + 1):
+        optimizer.zero_grad()
+        with precision.autocast():
+            encoded = policy.encode(instance)
+        backward_replay(
+            policy,
+            sampled.trajectory,
+            encoded.cache,
+            advantage * mask,
+            loss_scale=-1.0 / (BATCH * ROLLOUTS),
+            chunk_rollouts=train.replay_chunk,
+            backward=torch.Tensor.backward
+            if scaler is None
+            else lambda x: scaler.scale(x).backward(),
+            autocast=precision.autocast,
+        )
+        if scaler is None:
+            return flat_gradient(policy), ""
+        scale = scaler.get_scale()
         scaler.unscale_(optimizer)
-    return flat_gradient(policy)
+        gradient = flat_gradient(policy)
+        if bool(torch.isfinite(gradient).all()):
+            return gradient, f"; loss scale {scale:g} after {skipped} skipped step(s)"
+        scaler.update()  # an overflow: training skips the step and halves the scale
+    return gradient, f"; still not finite after {MAX_SKIPPED_STEPS} halvings of the loss scale"
 
 
 def _gradient_rows(ctx: CheckContext) -> list[Row]:
-    reference = _replayed_gradient("fp32", ctx)
+    reference, _ = _replayed_gradient("fp32", ctx)
     rows = []
     for name in _precisions(ctx):
-        grad = _replayed_gradient(name, ctx)
+        grad, scaling = _replayed_gradient(name, ctx)
         cosine = float(torch.nn.functional.cosine_similarity(grad, reference, dim=0))
         rel = float((grad - reference).norm() / reference.norm())
         ok = math.isfinite(cosine) and cosine >= GRAD_COSINE
@@ -100,7 +115,7 @@ def _gradient_rows(ctx: CheckContext) -> list[Row]:
                 cosine,
                 "cosine",
                 PASS if ok else FAIL,
-                f"|g - g32| / |g32| = {rel:.3f}; gate cosine >= {GRAD_COSINE}",
+                f"|g - g32| / |g32| = {rel:.3f}; gate cosine >= {GRAD_COSINE}{scaling}",
             )
         )
     if not ctx.has_cuda:
