@@ -199,8 +199,8 @@ class TrainConfig:
             per instance at once and accumulates their gradients (0: all at once); peak
             memory grows with it, the loss and gradient do not change
             (``linc_core.model.replay``).
-        precision: the forward passes' autocast: ``auto`` (bf16 on CUDA, fp32 on CPU),
-            ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a gradient scaler); see
+        precision: the forward passes' autocast: ``auto`` (the faster measured: fp32, on CUDA
+            too), ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a gradient scaler); see
             ``linc_core.train.precision``.
         compile: run the rollouts' decision step and the replay's forward and backward pass
             under ``torch.compile`` (``linc_core.utils.compiling``: inductor on CPU, CUDA graphs

@@ -7,8 +7,8 @@
 Every random draw of step ``s`` derives from the seed ``(seed, "rollout", s)`` (keyed draws,
 the same on every device) and every batch from ``(seed, epoch, batch)``, so a run resumed from a
 checkpoint is bit-identical to an uninterrupted one on CPU. ``config.precision`` is resolved
-once for the device (``linc_core.train.precision``; ``auto``: bf16 on CUDA, fp32 on CPU) and
-reported as ``FitResult.precision``.
+once for the device (``linc_core.train.precision``; ``auto``: fp32, measured faster on CUDA
+and CPU) and reported as ``FitResult.precision``.
 
 Data-parallel (``world`` of size N > 1, ``linc_core.train.distributed``): every rank builds the
 same whole batch and the same step generator, rolls out its B / N rows and sums gradients, so

@@ -45,7 +45,7 @@ def run_ablation(args: list[str]) -> subprocess.CompletedProcess:
 def test_a_trial_with_gpus_trains_on_cuda_in_the_precision_cuda_resolves_to(tmp_path) -> None:
     config = load_platform_config(gpu_smoke(tmp_path))
     assert config.run.train.device == "cuda"
-    assert config.run.train.precision == "bf16"  # auto, resolved once: what the run logs
+    assert config.run.train.precision == "fp32"  # auto, resolved once: what the run logs
     bundle = placement(config.raw).bundles[0]
     assert bundle["GPU"] == 0.5 and bundle["CPU"] == 1.0
     on_cpu = load_platform_config(gpu_smoke(tmp_path, "train.device=cpu"))
