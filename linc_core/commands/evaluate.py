@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expansion", type=int, default=4, help="SGBS children per beam")
     p.add_argument("--sgbs-z", type=int, default=128, help="SGBS initial greedy z-rollouts")
     p.add_argument("--starts", type=int, default=None, help="multistart starts (default all)")
-    p.add_argument("--max-rollouts-per-chunk", type=int, default=16384)
+    p.add_argument(
+        "--max-rollouts-per-chunk",
+        type=int,
+        default=None,
+        help="rollouts decoded at once (default: 16384 on CPU, 65536 on CUDA)",
+    )
     p.add_argument(
         "--compile",
         action="store_true",

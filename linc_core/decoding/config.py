@@ -5,9 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 DecodeMethod = Literal["greedy", "sampling", "sgbs", "multistart"]
 DECODE_METHODS: tuple[str, ...] = ("greedy", "sampling", "sgbs", "multistart")
 AUGMENTATIONS: tuple[int, ...] = (1, 8)
+# Rollouts decoded at once by default, per device type: a GPU works on all rows of a step at
+# once, so larger chunks mean fewer, fuller steps (measured: DecodeConfig's notes).
+ROLLOUTS_PER_CHUNK = {"cpu": 16384, "cuda": 65536}
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,10 @@ class DecodeConfig:
         sgbs_z: greedy z-rollouts whose best ``beam_width`` seed the SGBS beams (reference:
             128); for a model without z, that many POMO starts (capped at the customer count).
         max_rollouts_per_chunk: upper bound on rollouts decoded at once (instances x copies x
-            rollouts per chunk); decoding memory grows linearly with it and with n.
+            rollouts per chunk); decoding memory grows linearly with it and with n. None (the
+            default): ``ROLLOUTS_PER_CHUNK`` for the model's device, 16384 on CPU and 65536 on
+            CUDA (the 56 Solomon-100 at z=800 x8 on an H200: 11.8 s at 16384, 4.0 s and 0.8
+            GiB at 65536, 3.7 s and 3.4 GiB all at once). Results do not depend on it.
         compile: decode with the decision step under ``torch.compile`` (one graph, inductor on
             CPU, CUDA graphs on CUDA: ``linc_core.utils.compiling``), every rollout decided at
             every step. Same solutions as eager up to float rounding of the fused arithmetic;
@@ -46,7 +54,7 @@ class DecodeConfig:
     beam_width: int = 4
     expansion: int = 4
     sgbs_z: int = 128
-    max_rollouts_per_chunk: int = 16384
+    max_rollouts_per_chunk: int | None = None
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -60,6 +68,8 @@ class DecodeConfig:
             )
         for name in ("num_z", "beam_width", "sgbs_z", "max_rollouts_per_chunk"):
             value = getattr(self, name)
+            if value is None and name == "max_rollouts_per_chunk":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"DecodeConfig.{name}: expected an int >= 1, got {value!r}")
         if not isinstance(self.expansion, int) or self.expansion < 2:
@@ -93,3 +103,9 @@ class DecodeConfig:
             starts = "all" if self.num_starts is None else str(self.num_starts)
             return f"multistart starts={starts}{aug}"
         return f"{self.method} z={self.num_z}{aug}"
+
+    def rollouts_per_chunk(self, device: torch.device) -> int:
+        """``max_rollouts_per_chunk``, or the default for ``device`` when it is None."""
+        if self.max_rollouts_per_chunk is not None:
+            return self.max_rollouts_per_chunk
+        return ROLLOUTS_PER_CHUNK.get(device.type, ROLLOUTS_PER_CHUNK["cpu"])

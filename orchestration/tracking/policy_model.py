@@ -193,7 +193,8 @@ class LincPolicyModel(PythonModel):
         try:
             rows = []
             for instance in instances:  # one at a time: memory is that of one instance
-                chunk = min(config.max_rollouts_per_chunk, STEP_CELLS // instance.num_nodes)
+                device = next(self.policy.parameters()).device
+                chunk = min(config.rollouts_per_chunk(device), STEP_CELLS // instance.num_nodes)
                 bounded = replace(config, max_rollouts_per_chunk=max(1, chunk))
                 evaluation = evaluate_policy(
                     self.policy, instance, bounded, convention="exact", deadline=deadline
