@@ -257,12 +257,9 @@ class Instance:
     def to(
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> Instance:
-        """Move every tensor to ``device`` and/or cast the floating fields to ``dtype``.
-
-        A copy from the host to a GPU is queued without waiting (``non_blocking``: the host
-        memory is staged at once, so the source can be reused) rather than synchronising with
-        the GPU's queue once per field; a copy back to the host waits, as its reader needs.
-        """
+        """Move every tensor to ``device`` and/or cast the floating fields to ``dtype``. Copies
+        from the host to a GPU are queued (``non_blocking``: pageable memory is staged at once),
+        not one synchronisation per field; copies back to the host wait, as their readers need."""
         to_gpu = device is not None and torch.device(device).type == "cuda"
         return self._map(
             lambda t: t.to(device=device, dtype=dtype, non_blocking=to_gpu and not t.is_cuda)
