@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from linc_core import __version__
-from linc_core.config import ModelConfig, TrainConfig, to_dict
+from linc_core.config import ModelConfig, TrainConfig, config_differences, to_dict
 from linc_core.metrics import TRAIN_SECONDS
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
@@ -215,7 +215,54 @@ def load_checkpoint(
     return payload
 
 
+# The training settings a resumed run may change: where and how it computes, what it
+# validates and how long it goes on. Every other one shapes the run's trajectory.
+RESUMABLE_CHANGES = frozenset(
+    {"epochs", "budget_minutes", "replay_chunk", "precision", "compile", "device", "init"}
+    | {"validation_size", "validation_every"}
+)
+
+
+def check_resumable(
+    payload: dict[str, Any],
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    data_id: str | None,
+    *,
+    name: str,
+) -> None:
+    """Refuse to resume ``payload`` (a loaded checkpoint) under other settings than it was
+    trained with: its model, its data, or a training setting outside ``RESUMABLE_CHANGES``.
+
+    Raises:
+        CheckpointError: naming every setting that differs, with both values.
+    """
+    changed = {
+        f"model.{key}": values
+        for key, values in config_differences(payload["model_config"], model_config).items()
+    }
+    changed |= {
+        f"train.{key}": values
+        for key, values in config_differences(payload["train_config"], train_config).items()
+        if key not in RESUMABLE_CHANGES
+    }
+    kept_data = payload.get("data_id")
+    if kept_data is not None and data_id is not None and kept_data != data_id:
+        changed["data"] = (kept_data, data_id)
+    if changed:
+        raise CheckpointError(
+            f"checkpoint {name}: trained with "
+            + ", ".join(f"{key}={then!r}" for key, (then, _) in changed.items())
+            + "; this run has "
+            + ", ".join(f"{key}={now!r}" for key, (_, now) in changed.items())
+            + ". Resume it with its own settings, or start a new run from its weights "
+            "(a warm start)"
+        )
+
+
 __all__ = [
+    "RESUMABLE_CHANGES",
+    "check_resumable",
     "CHECKPOINT_NAME",
     "FORMAT_VERSION",
     "MANIFEST_SUFFIX",

@@ -65,6 +65,7 @@ from linc_core.train.budget import BudgetClock, Clock
 from linc_core.train.checkpoint import (
     CHECKPOINT_NAME,
     build_payload,
+    check_resumable,
     load_checkpoint,
     save_checkpoint,
 )
@@ -203,6 +204,7 @@ def fit(
     start_epoch, partial, spent = 0, None, 0.0
     if resume_from is not None:
         payload = load_checkpoint(resume_from, map_location=device)
+        check_resumable(payload, policy.config, config, data_id, name=str(resume_from))
         policy.load_state_dict(payload["model_state"])
         if payload["optimizer_state"] is not None:
             optimizer.load_state_dict(payload["optimizer_state"])

@@ -1,0 +1,84 @@
+"""Resuming a checkpoint: refused under other settings than it was trained with, one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from linc_core.commands.train import main as linc_train
+from linc_core.model import LincPolicy
+from linc_core.train import GeneratedData, fit
+from linc_core.train.checkpoint import RESUMABLE_CHANGES
+from linc_core.utils.tensor_file import CheckpointError
+from tests.conftest import tiny_configs
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory) -> tuple[Path, object, object]:
+    """A checkpoint after one epoch of a tiny run, with its model and training configs."""
+    model, config = tiny_configs(
+        "full_linc", num_rollouts=4, batch_size=4, instances_per_epoch=8, epochs=1
+    )
+    folder = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    result = fit(LincPolicy(model), config, GeneratedData("cvrptw", 6, 4, 8, seed=3),
+                 checkpoint_dir=folder, data_id="data-a")  # fmt: skip
+    return result.last_checkpoint, model, config
+
+
+def _resume(checkpoint: Path, model, config, data_id: str = "data-a"):
+    torch.manual_seed(0)
+    data = GeneratedData("cvrptw", 6, config.batch_size, 8, seed=3)
+    return fit(LincPolicy(model), config, data, resume_from=checkpoint, data_id=data_id)
+
+
+def test_a_resume_under_other_training_settings_names_each_with_both_values(one_epoch) -> None:
+    checkpoint, model, config = one_epoch
+    changed = dataclasses.replace(config, learning_rate=3e-4, seed=7, epochs=2)
+    with pytest.raises(CheckpointError) as refused:
+        _resume(checkpoint, model, changed)
+    message = str(refused.value)
+    assert message.startswith(f"checkpoint {checkpoint}: trained with ")
+    assert "train.learning_rate=0.0001" in message and "train.learning_rate=0.0003" in message
+    assert "train.seed=1234" in message and "train.seed=7" in message
+    assert "epochs" not in message  # a resumed run may go on longer
+
+
+def test_a_resume_of_another_model_or_other_data_is_refused(one_epoch) -> None:
+    checkpoint, model, config = one_epoch
+    with pytest.raises(CheckpointError, match="model.gated_attention=True; this run has model"):
+        _resume(checkpoint, dataclasses.replace(model, gated_attention=False), config)
+    with pytest.raises(CheckpointError, match="data='data-a'; this run has data='data-b'"):
+        _resume(checkpoint, model, config, data_id="data-b")
+
+
+def test_a_resume_may_go_on_longer_elsewhere_and_validate_otherwise(one_epoch) -> None:
+    checkpoint, model, config = one_epoch
+    assert {"epochs", "budget_minutes", "device", "validation_every"} <= RESUMABLE_CHANGES
+    longer = dataclasses.replace(config, epochs=2, validation_every=2, replay_chunk=1)
+    resumed = _resume(checkpoint, model, longer)
+    assert resumed.epochs_done == 2 and resumed.global_step == 4
+
+
+def _flags(rollouts: int = 4, epochs: int = 1) -> list[str]:
+    settings = {"size": 6, "batch-size": 4, "rollouts": rollouts, "instances-per-epoch": 8,
+                "validation-size": 4, "epochs": epochs, "device": "cpu"}  # fmt: skip
+    return [part for flag, value in settings.items() for part in (f"--{flag}", str(value))]
+
+
+def test_linc_train_refuses_a_resume_with_other_flags_in_one_line(tmp_path, capsys) -> None:
+    out = ["--out", str(tmp_path / "a")]
+    assert linc_train([*_flags(), *out]) == 0
+    capsys.readouterr()
+    resume = ["--resume", str(tmp_path / "a" / "latest.pt")]
+    assert linc_train([*_flags(rollouts=8, epochs=2), *resume]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("linc-train: checkpoint ") and "train.num_rollouts=4" in err
+    assert "train.num_rollouts=8" in err
+    # The same flags resume, and the run may go on longer.
+    assert linc_train([*_flags(epochs=2), *resume, *out]) == 0
+    assert "done: 2 epochs" in capsys.readouterr().out
