@@ -58,6 +58,18 @@ def fresh_python(script: str, timeout: float = 120) -> str:
     return done.stdout
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_env(**extra: str) -> dict[str, str]:
+    """The environment of a sweep a test starts as a subprocess: this one without an outer Ray
+    address or MLflow URI (the sweep starts its own local Ray and reads its own store), output
+    unbuffered, the checkout importable from any working directory, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    fixed = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
+    return env | fixed | {"PYTHONPATH": str(REPO)} | extra
+
+
 # The network size of the tiny models: a preset's switches with these widths.
 TINY_NETWORK: dict[str, int] = {
     "embedding_dim": 32,

@@ -16,7 +16,6 @@ says so (``cluster.trust_unsealed_state=true``) resumes with the writing host's 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -28,7 +27,8 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import sweep_env
+
 SWEEP = "train-full_linc-cvrptw-seed1234"
 OTHER_KEY = "c3" * 32
 
@@ -114,11 +114,8 @@ def parent_run(console: str) -> str:
 def sweep(tmp_path_factory):
     work = tmp_path_factory.mktemp("sealed")
     ray_temp = Path(tempfile.mkdtemp(prefix="lr-", dir="/tmp"))  # short: Ray's socket paths
-    env = os.environ | {
-        "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(ray_temp), "HOME": str(work / "home")
-    }  # fmt: skip
-    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "LINC_STATE_KEY"):
-        env.pop(name, None)
+    env = sweep_env(RAY_TMPDIR=str(ray_temp), HOME=str(work / "home"))
+    env.pop("LINC_STATE_KEY", None)
     started = time.monotonic()
     done = Sweep(work, env)
     rc, console = done.run()

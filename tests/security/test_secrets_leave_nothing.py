@@ -29,8 +29,8 @@ import pytest
 
 from faults.postgres import PostgresServer, _postgres_command
 from faults.servers import LOOPBACK, MlflowServer, S3Server, free_port
+from tests.conftest import sweep_env
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = secrets.token_urlsafe(24)
 AWS_KEY_ID = "AKIA" + secrets.token_hex(8).upper()
 AWS_SECRET = secrets.token_urlsafe(30)
@@ -115,15 +115,12 @@ def test_a_sweep_and_a_search_leave_no_secret_anywhere(guarded_postgres, tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     ray_temp = Path(tempfile.mkdtemp(prefix="lr-", dir="/tmp"))  # short: Ray's socket paths
-    env = os.environ | {
-        "PYTHONPATH": str(ROOT),
-        "RAY_TMPDIR": str(ray_temp),
-        "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
-        env.pop(name, None)
+    env = sweep_env(
+        RAY_TMPDIR=str(ray_temp),
+        AWS_ACCESS_KEY_ID=AWS_KEY_ID,
+        AWS_SECRET_ACCESS_KEY=AWS_SECRET,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     s3 = S3Server().start()
     server = MlflowServer(tmp_path / "server", backend=url(guarded_postgres, "mlflowserver"))

@@ -24,7 +24,7 @@ from orchestration.tracking.store import ensure_experiment
 from orchestration.trial.plan import TrialPlan
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
-from tests.conftest import PNG_MAGIC
+from tests.conftest import PNG_MAGIC, sweep_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -319,8 +319,7 @@ def _ablation_command(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_killed_sweep_resumes_without_retraining_finished_trials(tmp_path) -> None:
-    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = sweep_env()
     config = smoke(tmp_path)
     # the store's schema exists before this process polls it while the driver writes to it
     ensure_experiment(tracking_uri(config), config.tracking.experiment)

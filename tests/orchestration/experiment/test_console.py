@@ -7,12 +7,10 @@ file (not a terminal), with a fault injected so that each trial fails once and i
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -21,14 +19,13 @@ from linc_core.utils.progress import Progress
 from orchestration.config.sections import ConsoleSpec
 from orchestration.experiment.console import TrialEvents
 from sweeps.compose import load_platform_config
+from tests.conftest import sweep_env
 
-ROOT = Path(__file__).resolve().parents[3]
 EVENT = re.compile(r"^\[\d+:\d\d\] (baseline|full_linc) seed=1: ")
 
 
 def test_smoke_ablation_prints_one_line_per_trial_event(tmp_path) -> None:
-    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = sweep_env()
     command = [
         sys.executable,
         "-m",
@@ -38,7 +35,7 @@ def test_smoke_ablation_prints_one_line_per_trial_event(tmp_path) -> None:
         "fault.fail_at_epoch=1",
     ]
     done = subprocess.run(
-        command, cwd=tmp_path, env=env | {"PYTHONPATH": str(ROOT)}, capture_output=True,
+        command, cwd=tmp_path, env=env, capture_output=True,
         text=True, timeout=400,
     )  # fmt: skip
     output = done.stdout + done.stderr

@@ -4,7 +4,6 @@ lease another driver holds is refused before anything of it is created."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +16,13 @@ from orchestration.experiment.folder import SweepFolder
 from orchestration.experiment.sweep import Sweep
 from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
+from tests.conftest import sweep_env
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_an_ablation_with_a_failing_trial_ends_in_one_line(tmp_path) -> None:
-    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = sweep_env()
     command = [sys.executable, "-m", "sweeps.ablation", "preset=smoke"]
     command += [f"cluster.storage={tmp_path / 'runs'}", "cluster.max_failures=0"]
     command += ["fault.fail_at_epoch=1", "cluster.reuse_actors=false"]

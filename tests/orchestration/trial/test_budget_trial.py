@@ -8,7 +8,6 @@ budget is spent (not 3 s after the restart), and the run's params carry the budg
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,14 +15,14 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from linc_core.metrics import TRAIN_SECONDS
+from tests.conftest import sweep_env
 
 ROOT = Path(__file__).resolve().parents[3]
 BUDGET_S = 3.0
 
 
 def test_a_retried_trial_keeps_its_budget(tmp_path) -> None:
-    env = os.environ | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = sweep_env()
     command = [
         sys.executable,
         "-m",

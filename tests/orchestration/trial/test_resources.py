@@ -9,7 +9,6 @@ tested for real on a CPU machine; training on the GPU itself is the GPU check's
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestration.trial.resources import TrialDeviceError, check_device, placement
 from sweeps.compose import load_platform_config
+from tests.conftest import sweep_env
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -35,10 +35,9 @@ def gpu_smoke(storage: Path, *overrides: str) -> list[str]:
 
 
 def run_ablation(args: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     return subprocess.run(
         [sys.executable, "-m", "sweeps.ablation", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=sweep_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
