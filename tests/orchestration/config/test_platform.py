@@ -8,6 +8,7 @@ from ray import tune
 from linc_core.commands.train import build_parser, plan_from_args
 from linc_core.config import unused_fields
 from linc_core.presets import ABLATION_VARIANTS, PRESETS
+from linc_core.train.budget import UNBOUNDED_EPOCHS
 from linc_core.utils.typed import ConfigError
 from orchestration.config.platform import PlatformConfig, with_dotted
 from orchestration.experiment.search import search_space
@@ -53,6 +54,34 @@ def test_presets_carry_their_budgets() -> None:
     paper = load_platform_config(["preset=paper"])
     train = paper.run.train
     assert (train.epochs, train.device, paper.cluster.gpus_per_trial) == (2000, "cuda", 1)
+
+
+@pytest.mark.parametrize(
+    ("preset", "problem", "benchmark", "seeds"),
+    [
+        ("main-cpu", "cvrptw", "solomon100", (1, 2, 3)),
+        ("main-cpu-cvrp", "cvrp", "cvrplib_x", (1,)),
+        ("main-cpu-tsp", "tsp", "tsplib", (1,)),
+    ],
+)
+def test_main_table_presets_train_the_three_models_an_hour_each(
+    preset: str, problem: str, benchmark: str, seeds: tuple[int, ...]
+) -> None:
+    """The CVRP and TSP main tables are main-cpu's on their problem and benchmark, one seed,
+    evaluated on the instances of at most 200 customers (cities)."""
+    config = load_platform_config([f"preset={preset}"])
+    run = config.run
+    assert (run.model.problem, run.data.problem, run.data.num_customers) == (problem, problem, 50)
+    assert (run.train.budget_minutes, run.train.epochs) == (60.0, UNBOUNDED_EPOCHS)
+    assert (config.ablation.variants, config.ablation.seeds) == (
+        ("full_linc", "polynet", "pomo"),
+        seeds,
+    )
+    evaluation = run.evaluation
+    assert (evaluation.source, evaluation.uri) == ("benchmark", benchmark)
+    assert (evaluation.rollouts, evaluation.augment, evaluation.decoding) == (800, 8, "sampling")
+    assert evaluation.also == ("sgbs",)
+    assert evaluation.max_customers == (None if problem == "cvrptw" else 200)
 
 
 def test_cpu_repro_runs_linc_trains_ablation_protocol() -> None:
