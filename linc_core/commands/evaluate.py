@@ -65,11 +65,8 @@ from linc_core.evaluate.reporting import (
     summary_json,
 )
 from linc_core.evaluate.scoring import (
-    Evaluation,
-    error_rows,
-    evaluate_policy,
+    evaluate_set,
     planned_rollouts,
-    summarize,
 )
 from linc_core.presets import variant_of
 from linc_core.utils.atomic import write_atomic
@@ -193,23 +190,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     planned = planned_rollouts(config, bench.instances, policy.config.z_dim)
     per_instance = f", {planned // len(bench.instances)} rollouts per instance" if planned else ""
     print(f"decoding {len(bench.instances)} instances: {config.label}{per_instance}", flush=True)
-    evaluation = Evaluation([], summarize([], 0.0), {})
-    if bench.instances:
-        with Progress(
-            planned, f"{set_name} {config.label}", "rollout", enabled=not args.no_progress
-        ) as progress:
-            evaluation = evaluate_policy(
-                policy,
-                bench.instances,
-                config,
-                convention=bench.convention,
-                bks=bench.bks,
-                pyvrp=pyvrp,
-                method=method,
-                progress=progress.update,
-            )
-    rows = evaluation.rows + error_rows(bench.errors, method)
-    summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
+    with Progress(
+        planned,
+        f"{set_name} {config.label}",
+        "rollout",
+        enabled=not args.no_progress and bool(bench.instances),
+    ) as progress:
+        evaluation = evaluate_set(
+            policy, bench, config, method=method, pyvrp=pyvrp, progress=progress.update
+        )
+    rows, summary = evaluation.rows, evaluation.summary
     pyvrp_row = None
     if pyvrp:
         pyvrp_row = (
@@ -223,13 +213,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     write_atomic(out / "table.md", table.encode())
     record = {"benchmark": bench.name, "checkpoint": str(args.checkpoint), "decode": asdict(config)}
     write_atomic(out / "summary.json", summary_json(record | summary))
-    for row in evaluation.rows:
+    solved = [row for row in rows if row.instance in evaluation.solutions]  # not error rows
+    for row in solved:
         solution = evaluation.solutions[row.instance]
         sol = solution_sol(solution, row, bench.convention, bench.sources.get(row.instance))
         write_atomic(out / "routes" / f"{row.instance}.sol", sol)
     by_name = {i.names[0]: i for i in bench.instances}
-    for name in _plot_names(args.plot, [r.instance for r in evaluation.rows]):
-        row = next(r for r in evaluation.rows if r.instance == name)
+    for name in _plot_names(args.plot, [r.instance for r in solved]):
+        row = next(r for r in solved if r.instance == name)
         title = f"{name}  {method}  cost {row.cost:.1f}" + ("" if row.feasible else "  INFEASIBLE")
         png = plot_routes(by_name[name], evaluation.solutions[name], title)
         write_atomic(out / "plots" / f"{name}.png", png)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +20,9 @@ import torch
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
 from linc_core.verify import verify_instance
+
+if TYPE_CHECKING:  # benchmark_sets reads files; scoring needs only the type
+    from linc_core.evaluate.benchmark_sets import BenchmarkSet
 
 
 @dataclass
@@ -247,3 +251,34 @@ def _as_singles(instances: Instance | Sequence[Instance]) -> list[Instance]:
             singles.append(single)
             counter += 1
     return singles
+
+
+def evaluate_set(
+    policy: torch.nn.Module,
+    benchmark: BenchmarkSet,
+    config: DecodeConfig,
+    *,
+    method: str,
+    pyvrp: Mapping[str, float] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Evaluation:
+    """:func:`evaluate_policy` over a benchmark set: its instances in its convention, gaps to
+    its best-known values (and ``pyvrp``), its unreadable files as error rows of ``method``,
+    and the summary over both (``linc-eval`` and a trial's final evaluation)."""
+    evaluation = Evaluation([], summarize([], 0.0), {})
+    if benchmark.instances:
+        evaluation = evaluate_policy(
+            policy,
+            benchmark.instances,
+            config,
+            convention=benchmark.convention,
+            bks=benchmark.bks,
+            pyvrp=pyvrp,
+            method=method,
+            progress=progress,
+        )
+    if not benchmark.errors:
+        return evaluation
+    rows = evaluation.rows + error_rows(benchmark.errors, method)
+    summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
+    return Evaluation(rows, summary, evaluation.solutions)

@@ -18,7 +18,7 @@ from typing import Any
 from linc_core.decoding import DecodeConfig
 from linc_core.evaluate import (
     Evaluation,
-    evaluate_policy,
+    evaluate_set,
     planned_rollouts,
     plot_routes,
     pyvrp_costs,
@@ -26,7 +26,6 @@ from linc_core.evaluate import (
     summary_json,
 )
 from linc_core.evaluate.benchmark_sets import BenchmarkSet
-from linc_core.evaluate.scoring import error_rows, summarize
 from linc_core.metrics import (
     EVAL_COST,
     EVAL_GAP_BKS_PCT,
@@ -96,21 +95,9 @@ def evaluate_trial(
         total = planned_rollouts(config, evaluated.instances, policy.config.z_dim)
         desc = f"{label} evaluation ({config.label})".strip()
         with Progress(total, desc, "rollout", stream=sys.stdout, interval=30.0) as progress:
-            evaluation = evaluate_policy(
-                policy,
-                evaluated.instances,
-                config,
-                convention=evaluated.convention,
-                bks=evaluated.bks,
-                pyvrp=pyvrp,
-                method=method,
-                progress=progress.update,
+            results[decoding] = evaluate_set(
+                policy, evaluated, config, method=method, pyvrp=pyvrp, progress=progress.update
             )
-        if evaluated.errors:
-            rows = evaluation.rows + error_rows(evaluated.errors, method)
-            summary = summarize(rows, evaluation.summary["seconds"], evaluation.summary["rollouts"])
-            evaluation = Evaluation(rows, summary, evaluation.solutions)
-        results[decoding] = evaluation
     return results
 
 

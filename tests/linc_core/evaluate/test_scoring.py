@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from linc_core.decoding import DecodeConfig, exact_length
-from linc_core.evaluate import evaluate_policy, load_benchmark, score_solutions, summarize
+from linc_core.evaluate import (
+    evaluate_policy,
+    evaluate_set,
+    load_benchmark,
+    score_solutions,
+    summarize,
+)
 from linc_core.evaluate.pyvrp_solver import solve_with_pyvrp
 from linc_core.instances import read_solomon
 from tests.conftest import tiny_policy
@@ -91,3 +98,25 @@ def test_evaluate_policy_on_a_synthetic_set_with_bks_in_order():
         assert row.cost == pytest.approx(exact_length(instance, 0, routes), rel=1e-12)
         assert row.gap_bks_pct == pytest.approx(100 * (row.cost - row.bks) / row.bks)
     assert evaluation.summary["rollouts"] == 3 * 8 * 2
+
+
+def test_evaluate_set_adds_the_unreadable_files_as_error_rows_of_the_summary():
+    """linc-eval and a trial's evaluation share it: the set's instances decoded in its
+    convention against its BKS, then one error row per unreadable file, counted not averaged."""
+    bench = load_benchmark("synthetic-cvrptw-10", count=2, data_seed=7)
+    bench = dataclasses.replace(
+        bench, bks={bench.instances[0].names[0]: 1.0}, errors=[("bad.txt", "not a number")]
+    )
+    config = DecodeConfig(method="greedy", num_z=2, augment=1)
+    evaluation = evaluate_set(tiny_policy(), bench, config, method="LINC greedy")
+    alone = evaluate_policy(tiny_policy(), bench.instances, config, bks=bench.bks)
+    assert [r.instance for r in evaluation.rows] == [*(r.instance for r in alone.rows), "bad.txt"]
+    assert evaluation.rows[-1].error == "unreadable: not a number"
+    assert set(evaluation.solutions) == set(alone.solutions)
+    summary = evaluation.summary
+    assert (summary["instances"], summary["feasible"], summary["errors"]) == (3, 2, 1)
+    assert summary["mean_cost"] == alone.summary["mean_cost"]
+    assert summary["mean_gap_bks_pct"] == pytest.approx(alone.rows[0].gap_bks_pct)
+    nothing = dataclasses.replace(bench, instances=[])
+    empty = evaluate_set(tiny_policy(), nothing, config, method="LINC greedy")
+    assert [r.instance for r in empty.rows] == ["bad.txt"] and empty.summary["errors"] == 1
