@@ -42,6 +42,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
@@ -219,13 +220,18 @@ def _evaluate(args: argparse.Namespace) -> int:
         sol = solution_sol(solution, row, bench.convention, bench.sources.get(row.instance))
         write_atomic(out / "routes" / f"{row.instance}.sol", sol)
     by_name = {i.names[0]: i for i in bench.instances}
-    for name in _plot_names(args.plot, [r.instance for r in solved]):
+    plotted = _plot_names(args.plot, [r.instance for r in solved])
+    if plotted and find_spec("matplotlib") is None:  # a bare GPU machine: results first
+        print("note: no route plots: matplotlib is not installed here", file=sys.stderr)
+        plotted = []
+    for name in plotted:
         row = next(r for r in solved if r.instance == name)
         title = f"{name}  {method}  cost {row.cost:.1f}" + ("" if row.feasible else "  INFEASIBLE")
         png = plot_routes(by_name[name], evaluation.solutions[name], title)
         write_atomic(out / "plots" / f"{name}.png", png)
     print(table)
-    print(f"wrote {out}/rows.csv, rows.parquet, table.md, summary.json, routes/*.sol, plots/")
+    plots = ", plots/" if plotted else ""
+    print(f"wrote {out}/rows.csv, rows.parquet, table.md, summary.json, routes/*.sol{plots}")
     return 1 if summary["errors"] else 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -205,7 +206,7 @@ def _solomon_folder(folder: Path, name: str, limit: int | None) -> BenchmarkSet:
     skipped += [
         (p.name, "not a .txt file")
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.suffix.lower() != ".txt" and p.name != "bks.csv"
+        if p.is_file() and p.suffix.lower() != ".txt" and not _companion(p, files)
     ]
     bks_file = folder / "bks.csv"
     bks = read_bks_csv(bks_file, FOLDER_BKS_COLUMNS) if bks_file.is_file() else {}
@@ -244,9 +245,11 @@ def _format_folder(folder: Path, file_format: str, limit: int | None) -> Benchma
 
     reader = file_formats()[file_format]
     instances, errors, sources, skipped = [], [], {}, []
-    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+    paths = sorted(p for p in folder.iterdir() if p.is_file())
+    stems = {p.stem for p in paths if p.suffix.lower() == reader.suffix}
+    for path in paths:
         if path.suffix.lower() != reader.suffix:
-            if path.name != "bks.csv":
+            if not _companion(path, stems):
                 skipped.append((path.name, f"not a {reader.suffix} file"))
             continue
         if limit is not None and len(instances) + len(errors) >= limit:
@@ -264,6 +267,17 @@ def _format_folder(folder: Path, file_format: str, limit: int | None) -> Benchma
         convention = convention_for(instances[0].problem) if instances else "exact"
     loaded = BenchmarkSet(str(folder), convention, instances, {}, errors, sources, skipped)
     return _with_bks(loaded, bks)
+
+
+def _companion(path: Path, instance_stems: Collection[str]) -> bool:
+    """Whether a file that is not an instance belongs with the set rather than being skipped:
+    its best-known table (``bks.csv``) or an instance's known solution (``NAME.sol`` beside
+    ``NAME.txt``/``.vrp``/``.tsp``, as the published sets ship them; names matched ignoring
+    case, as the best-known values are)."""
+    if path.name == "bks.csv":
+        return True
+    folded = {stem.casefold() for stem in instance_stems}
+    return path.suffix.lower() == ".sol" and path.stem.casefold() in folded
 
 
 def _names_solomon_sections(path: Path) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -83,3 +84,28 @@ def test_the_table_names_the_checkpoints_variant_on_a_cvrplib_folder(data_dir, t
     assert rows[0]["method"].startswith("PolyNet greedy")
     assert float(rows[0]["gap_bks_pct"]) > 0  # against 27591, in the CVRPLIB convention
     assert "| PolyNet greedy" in (out / "table.md").read_text()
+
+
+def test_without_matplotlib_the_results_are_written_and_the_plots_left_out(
+    data_dir, tmp_path, monkeypatch, capsys
+):
+    """A bare GPU machine (PyTorch, numpy, pyarrow, vrplib) evaluates to the end: a None in
+    sys.modules makes ``import matplotlib`` fail there as it does where it is not installed."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(data_dir / "solomon100" / "C101.txt", folder / "C101.txt")
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--checkpoint", str(tiny_checkpoint(tmp_path / "tiny.pt")), "--benchmark",
+            str(folder), "--decode", "greedy", "--z", "1", "--aug", "1", "--out", str(out),
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    captured = capsys.readouterr()
+    assert "note: no route plots: matplotlib is not installed here" in captured.err
+    assert "plots/" not in captured.out and not (out / "plots").exists()
+    assert json.loads((out / "summary.json").read_text())["feasible"] == 1
+    assert (out / "routes" / "C101.sol").is_file()

@@ -68,9 +68,15 @@ def test_bks_matched_ignoring_case_and_the_rest_counted_in_a_warning(
 def test_files_that_are_not_instances_are_skipped_with_a_note(
     checkpoint, user_folder, tmp_path, capsys
 ):
+    """An instance's own solution file (C101.sol beside c101.txt) belongs with the set and is
+    not reported; a solution without its instance and other files are."""
+    (user_folder / "RC101.sol").write_text("Route #1: 1\n")
     assert _eval(checkpoint, user_folder, tmp_path / "out", "--decode", "greedy") == 0
     err = capsys.readouterr().err
-    expected = "note: skipped C101.sol (not a .txt file), R101.sol (not a .txt file), README.txt"
+    expected = (
+        "note: skipped RC101.sol (not a .txt file), README.txt (a .txt without the VEHICLE"
+        " and CUSTOMER sections)\n"
+    )
     assert expected in err
     assert "error:" not in err
     rows = (tmp_path / "out" / "rows.csv").read_text().splitlines()

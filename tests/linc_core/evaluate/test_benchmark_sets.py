@@ -50,25 +50,24 @@ def test_a_folder_bks_csv_gives_the_best_known_costs(data_dir, tmp_path):
 
 
 def test_a_folder_of_cvrplib_files_is_a_set(data_dir, tmp_path):
-    """A subset of X copied into a folder: its .vrp files read, its bks.csv matched, the .sol
-    files and a note skipped and listed."""
+    """A subset of X copied into a folder: its .vrp files read, its bks.csv matched, each
+    instance's own .sol kept quiet beside it; a .sol without its instance and a note skipped
+    and listed."""
     folder = tmp_path / "x-small"
     folder.mkdir()
     for name in ("X-n101-k25", "X-n106-k14"):
         for suffix in (".vrp", ".sol"):
             shutil.copy(data_dir / "cvrplib_x" / f"{name}{suffix}", folder / f"{name}{suffix}")
     shutil.copy(data_dir / "cvrplib_x" / "bks.csv", folder / "bks.csv")
+    shutil.copy(data_dir / "cvrplib_x" / "X-n110-k13.sol", folder / "X-n110-k13.sol")
     (folder / "notes.md").write_text("where these came from\n")
     loaded = load_benchmark(str(folder))
     assert [i.names[0] for i in loaded.instances] == ["X-n101-k25", "X-n106-k14"]
     assert {i.problem for i in loaded.instances} == {"cvrp"}
     assert loaded.convention == "cvrplib"
     assert loaded.bks == {"X-n101-k25": 27591.0, "X-n106-k14": 26362.0}
-    assert [name for name, _ in loaded.skipped] == [
-        "X-n101-k25.sol",
-        "X-n106-k14.sol",
-        "notes.md",
-    ]
+    not_vrp = "not a .vrp file"
+    assert loaded.skipped == [("X-n110-k13.sol", not_vrp), ("notes.md", not_vrp)]
 
 
 def test_a_folder_of_two_formats_is_refused_naming_them(data_dir, tmp_path):
