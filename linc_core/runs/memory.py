@@ -9,8 +9,11 @@ fit (Ray Tune's ``memory`` resource). The estimate adds, in bytes:
   attention, kept for the backward pass), and a term per rollout, ``BETA x B K (n+1) D x 4``
   (the rollout and the replay chunks); the ``mlp`` scorer adds ``MLP_ROWS x B K (n+1) H x 4``
   (its candidate MLP over every rollout and candidate);
-* the largest decoding (validation, final evaluation): ``DECODE_INSTANCE x I A (n+1)^2 D x 4``
-  for I instances x A augmentations and ``DECODE_ROW x I A K (n+1) D x 4`` for their rollouts;
+* the largest decoding (validation, final evaluation): ``DECODE_INSTANCE x R (m+1)^2 D x 4``
+  for the R rows (instances x augmentations) decoded at once and ``DECODE_ROW x R k (m+1) D x 4``
+  for their k rollouts each, where decoding works in chunks of at most ``ROLLOUTS_PER_CHUNK``
+  rollouts for the run's device (R = max(1, chunk // k), k = min(K, chunk)) and m is the
+  evaluated instances' size (a benchmark set's largest, where the plan names one);
 
 times ``SAFETY``. With B instances per step, K rollouts, n customers, embedding D, scorer width
 H. The constants were fitted to the growth of peak resident memory measured on CPU (torch 2.13,
@@ -29,12 +32,18 @@ decode x8 aug     50    8     32     85                    89
 decode x8 aug     50    16    32     169                   179
 ================  ====  ====  =====  ====================  =================
 
-For ``preset=cpu-repro`` (n = 50, B = 56, K = 128) this gives 3.8 GiB for ``full_linc`` and
-7.5 GiB for ``naive_mlp`` (``cluster.memory_per_trial_gb`` overrides the estimate).
+A trial reserves the estimate rounded up to 0.25 GiB: for ``preset=cpu-repro`` (n = 50,
+B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``, for
+``preset=main-cpu`` 4.5 GiB for ``full_linc`` and ``polynet`` and 3.75 GiB for ``pomo``
+(``cluster.memory_per_trial_gb`` overrides the estimate). Before the
+decoding term knew the chunks, ``preset=main-cpu``'s evaluation (the 56 Solomon-100 at z=800
+x8: 358,400 rollouts, decoded 16,384 at a time) was taken as decoded at once: 10 GiB per trial,
+so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of two.
 """
 
 from __future__ import annotations
 
+from linc_core.decoding.config import ROLLOUTS_PER_CHUNK
 from linc_core.runs.plan import RunPlan
 
 BASE_BYTES = 1 << 30
@@ -48,6 +57,9 @@ FLOAT = 4
 # The final evaluation set when its size is not in the plan (a data set's count is read only
 # by the trial): the Solomon-50 set's size.
 DEFAULT_EVALUATION_SIZE = 56
+# Customers of the largest instance of the named benchmark sets (a plan names the set, the
+# trial reads its files): the decoding of the final evaluation is sized by them.
+BENCHMARK_CUSTOMERS = {"solomon100": 100, "solomon50": 50, "xml100": 100, "cvrplib_x": 1000}
 
 
 def parameter_count(plan: RunPlan) -> int:
@@ -76,17 +88,49 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1) -> int:
     if model.scorer == "mlp":
         step += MLP_ROWS * batch * rollouts * nodes * model.scorer_hidden_dim
     evaluation = plan.evaluation
-    decodes = [(plan.validation.size, 1, rollouts)]
+    decodes = [(plan.validation.size, 1, rollouts, nodes)]
     if evaluation.source != "none":
         size = plan.validation.size if evaluation.source == "validation" else None
-        decodes.append((size or DEFAULT_EVALUATION_SIZE, evaluation.augment, evaluation.rollouts))
+        decodes.append(
+            (
+                size or DEFAULT_EVALUATION_SIZE,
+                evaluation.augment,
+                evaluation.rollouts,
+                max(nodes, _evaluated_customers(plan) + 1),
+            )
+        )
+    chunk = ROLLOUTS_PER_CHUNK.get(train.device.split(":")[0], ROLLOUTS_PER_CHUNK["cpu"])
     decode = max(
-        DECODE_INSTANCE * count * augment * nodes * nodes * width
-        + DECODE_ROW * count * augment * k * nodes * width
-        for count, augment, k in decodes
+        _decode_bytes(count * augment, k, chunk, evaluated_nodes, width)
+        for count, augment, k, evaluated_nodes in decodes
     )
     working = FLOAT * (step + decode)
     return int(BASE_BYTES + 16 * parameter_count(plan) + SAFETY * working)
+
+
+def _decode_bytes(rows: int, rollouts: int, chunk: int, nodes: int, width: int) -> float:
+    """Floats held by one chunk of a decoding (``linc_core.decoding.best_of_k``): its rows
+    are encoded and rolled out together, at most ``chunk`` rollouts at once."""
+    per_row = min(rollouts, chunk)
+    rows_at_once = min(rows, max(1, chunk // per_row))
+    return (
+        DECODE_INSTANCE * rows_at_once * nodes * nodes * width
+        + DECODE_ROW * rows_at_once * per_row * nodes * width
+    )
+
+
+def _evaluated_customers(plan: RunPlan) -> int:
+    """Customers of the largest instance the final evaluation decodes: a named benchmark
+    set's (bounded by ``max_customers``), else the training size."""
+    evaluation = plan.evaluation
+    largest = plan.data.num_customers
+    if evaluation.source == "benchmark":
+        largest = BENCHMARK_CUSTOMERS.get(evaluation.uri or "", largest)
+    elif evaluation.source == "solomon50":
+        largest = 50
+    if evaluation.max_customers is not None:
+        largest = min(largest, evaluation.max_customers)
+    return largest
 
 
 __all__ = ["BASE_BYTES", "estimate_run_memory", "parameter_count"]

@@ -7,6 +7,9 @@ and adds precision, synchronisation and throughput rows.
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -84,3 +87,24 @@ def test_mixed_precision_training_steps_on_cuda_are_finite(name: str) -> None:
         metrics = train_step(policy, optimizer, instance, config, 0.3, step,
                              precision=precision, scaler=scaler)  # fmt: skip
         assert torch.isfinite(torch.tensor([metrics.loss, metrics.mean_cost])).all()
+
+
+def test_a_compiled_training_step_on_cuda_has_the_eager_loss_and_update() -> None:
+    """``train.compile`` on CUDA (CUDA graphs for the decisions, inductor for the replay): one
+    float64 step from the same weights gives eager's rollouts, loss and updated weights, the
+    tolerance ``tests/linc_core/model/test_compiled_results.py`` states for the CPU."""
+    model, config = tiny_configs("full_linc", num_rollouts=6, batch_size=3)
+    instance = generate("cvrptw", 3, 10, seed=5).to(device=CUDA, dtype=torch.float64)
+    torch.manual_seed(0)
+    start = LincPolicy(model).to(device=CUDA, dtype=torch.float64)
+    outcome = {}
+    for compiled in (False, True):
+        policy = copy.deepcopy(start)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+        metrics = train_step(policy, optimizer, instance, replace(config, compile=compiled), 0.5, 3)
+        outcome[compiled] = (metrics, [p.detach().clone() for p in policy.parameters()])
+    (eager, eager_weights), (fused, fused_weights) = outcome[False], outcome[True]
+    assert (fused.mean_cost, fused.best_cost) == (eager.mean_cost, eager.best_cost)
+    assert fused.loss == pytest.approx(eager.loss, rel=1e-9, abs=1e-12)
+    for a, b in zip(eager_weights, fused_weights, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)

@@ -17,7 +17,13 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from orchestration.trial.resources import TrialDeviceError, check_device, placement
+from orchestration.trial.resources import (
+    GIB,
+    TrialDeviceError,
+    check_device,
+    memory_bytes,
+    placement,
+)
 from sweeps.compose import load_platform_config
 from tests.conftest import sweep_env
 
@@ -100,3 +106,15 @@ def test_a_sweep_that_reserves_gpus_on_a_node_without_cuda_fails_naming_the_sett
             "train.device=cuda (cluster.gpus_per_trial=0.5): this trial's process sees no " in line
         )
     assert "Traceback" not in done.stdout
+
+
+@pytest.mark.parametrize("preset", ["main-cpu", "main-cpu-cvrp", "main-cpu-tsp"])
+def test_two_main_table_trials_fit_this_machine_at_once(preset: str) -> None:
+    """The main-table presets run two trials at a time on a 2-core, 24 GiB machine, where Ray
+    offers about 17 GiB of ``memory``: each variant's reservation is at most 6 GiB (the
+    evaluation's z=800 x8 decoding is reserved as one chunk, not all 358,400 rollouts: 10 GiB
+    before, so the trials ran one at a time)."""
+    for variant in ("full_linc", "polynet", "pomo"):
+        config = load_platform_config([f"preset={preset}", f"model.variant={variant}"])
+        reserved = memory_bytes(config.cluster, config.run)
+        assert 2 * GIB < reserved <= 6 * GIB, (variant, reserved / GIB)
