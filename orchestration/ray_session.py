@@ -77,6 +77,9 @@ def init_ray(
             include_dashboard=False,
             **options,
         )
+    from orchestration.experiment.ray_compat import drop_ray_root_handler
+
+    drop_ray_root_handler()
     return True
 
 

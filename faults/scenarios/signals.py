@@ -44,8 +44,15 @@ def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
     second = Driver(folder, "sweeps.ablation", args)
     rc = second.wait(1800)
     result = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)
+    # The console says it once, in linc's words: not Tune's "Tuner.restore(...)" advice nor
+    # its list of trials without results (the pending ones), not linc's line twice.
+    consoles = first.output(10**7) + second.output(10**7)
+    foreign = [s for s in ("Tuner.restore", "Failed to fetch metrics") if s in consoles]
+    said = first.output(10**7).count("stopping the sweep")
+    row.notes.append(f"console: stop line {said}x, Tune's lines {foreign or 'none'}")
     outcome = "stopped gracefully (KILLED), re-run resumed and finished"
-    return finish_row(row, result, rc, outcome, stopped.runs_running == 0)
+    checks = stopped.runs_running == 0 and not foreign and said == 1
+    return finish_row(row, result, rc, outcome, checks)
 
 
 def trial_sigterm(folder: Path, epochs: int = 60) -> Row:

@@ -5,12 +5,14 @@ and what to revisit on a Ray upgrade (each says what it mends and where Ray does
   process that imported ``ray`` before linc set Ray's switch (a notebook);
 * :func:`quiet_token_auth_notice`: a new local Ray enables token authentication and says so on
   the console at every start: the notice is dropped, authentication stays on;
+* :func:`drop_ray_root_handler`: Ray's logging config prints every record of the driver's own
+  loggers a second time, in Ray's format;
 * :func:`keep_aws_keys_out_of_trials`: Tune copies the driver's ``AWS_*`` keys into each trial's
   ``runtime_env``, which Ray's agent writes into a log every user of the node can read;
 * :func:`quiet_tune`: Tune's console output engine, per-trial tracebacks, checkpoint-frequency
   warnings and result-file warnings off; :class:`SyncFailureFilter` and
   :class:`GoneCheckpointFilter` turn two tracebacks Tune logs for conditions linc mends into
-  one warning line each, :class:`TrialsNotCompleteFilter` drops a line the summary says;
+  one warning line each, :class:`SaidByLincFilter` drops lines linc's console says itself;
 * :func:`handle_memory_kills`: a trial the memory monitor kills is a failed trial, not the end of
   the sweep;
 * :class:`SweepFIFOScheduler`, :class:`SweepASHAScheduler`: trials created after a moved sweep is
@@ -96,7 +98,8 @@ def quiet_tune() -> None:
         ("ray.train._internal.storage", GoneCheckpointFilter),
         ("ray.train._internal.syncer", SyncFailureFilter),
         ("ray.tune.execution.experiment_state", SyncFailureFilter),
-        ("ray.tune.tune", TrialsNotCompleteFilter),
+        ("ray.tune.tune", SaidByLincFilter),
+        ("ray.tune.analysis.experiment_analysis", SaidByLincFilter),
     ):
         found = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in found.filters):
@@ -133,12 +136,31 @@ class SyncFailureFilter(logging.Filter):
         return True
 
 
-class TrialsNotCompleteFilter(logging.Filter):
-    """Tune's "Trials did not complete: [...]" error at the end of an experiment with failed
-    trials: the console's summary and the sweep's one-line error say it, naming the trials."""
+class SaidByLincFilter(logging.Filter):
+    """Tune's lines that linc's console says in its own words, dropped: "Trials did not
+    complete: [...]" (the summary and the sweep's one-line error name the trials); "Stop signal
+    received ..." and "Experiment has been interrupted ... Tuner.restore(...)" (the stop line
+    says to re-run the same command); "Failed to fetch metrics for N trial(s)" with a line per
+    trial that has not reported yet (a stopped or resumed sweep's pending trials)."""
+
+    PREFIXES = (
+        "Trials did not complete",
+        "Stop signal received",
+        "Experiment has been interrupted",
+        "Failed to fetch metrics for",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Trials did not complete")
+        return not str(record.msg).startswith(self.PREFIXES)
+
+
+def drop_ray_root_handler() -> None:
+    """Ray's ``LoggingConfig`` puts one handler on both the ``ray`` logger and the root logger,
+    so every warning of linc's own loggers printed twice: bare (the console's handler) and in
+    Ray's format with its job and worker ids. Ray's lines keep the handler on ``ray``."""
+    root, ray_handlers = logging.getLogger(), logging.getLogger("ray").handlers
+    for handler in [h for h in root.handlers if h in ray_handlers]:
+        root.removeHandler(handler)
 
 
 class GoneCheckpointFilter(logging.Filter):
@@ -292,13 +314,14 @@ __all__ = [
     "SweepASHAScheduler",
     "SweepFIFOScheduler",
     "SyncFailureFilter",
-    "TrialsNotCompleteFilter",
+    "SaidByLincFilter",
     "bind_loopback_even_if_imported_before",
     "follow_current_storage",
     "handle_memory_kills",
     "keep_aws_keys_out_of_trials",
     "quiet_token_auth_notice",
     "quiet_tune",
+    "drop_ray_root_handler",
     "tolerate_gone_checkpoints",
     "with_callbacks",
 ]

@@ -149,3 +149,53 @@ def test_a_checkpoint_gone_while_ray_deletes_it_is_one_warning_line(tmp_path, mo
     assert len(lines) == 1 and "Traceback" not in stream.getvalue()
     assert lines[0].startswith("WARNING a trial: a checkpoint in Tune's record")
     assert f"storage ({gone}), deleted before" in lines[0]
+
+
+def test_tunes_lines_that_linc_says_itself_are_dropped() -> None:
+    """A stopped sweep printed Tune's "Stop signal received", "Experiment has been interrupted
+    ... Tuner.restore(...)" (a command a linc user does not run: linc's stop line says to re-run
+    the same command) and, stopped or resumed, "Failed to fetch metrics for N trial(s)" with a
+    line per pending trial. Each wording is Ray's (checked in its source)."""
+    import inspect
+
+    from ray.tune import tune
+    from ray.tune.analysis import experiment_analysis
+
+    from orchestration.experiment.ray_compat import SaidByLincFilter
+
+    sources = inspect.getsource(tune) + inspect.getsource(experiment_analysis)
+    assert all(prefix in sources for prefix in SaidByLincFilter.PREFIXES)
+    for module in (tune, experiment_analysis):
+        with console_of(module.logger.name) as stream:
+            for prefix in SaidByLincFilter.PREFIXES:
+                module.logger.warning(f"{prefix} (as Ray words it)")
+            module.logger.warning("Something else Tune says")
+        assert stream.getvalue().splitlines() == ["WARNING Something else Tune says"]
+
+
+def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
+    """``ray.init(logging_config=...)`` puts Ray's handler on the root logger as well as on
+    ``ray``: each warning of linc's own loggers printed twice (bare, and in Ray's format with
+    job and worker ids). After :func:`drop_ray_root_handler`, once; Ray's lines keep theirs."""
+    from orchestration.experiment.ray_compat import drop_ray_root_handler
+
+    root, ray_logger = logging.getLogger(), logging.getLogger("ray")
+    saved = (root.handlers[:], root.level, ray_logger.handlers[:], ray_logger.propagate)
+    try:
+        ray.LoggingConfig(log_level="WARNING")._configure_logging()
+        rays = [h for h in root.handlers if h in ray_logger.handlers]
+        assert rays  # the state of Ray 2.60 this mends
+        driver = logging.getLogger("orchestration.experiment.stopping")
+        driver.warning("SIGTERM: stopping the sweep")
+        assert " -- SIGTERM: stopping the sweep" in capsys.readouterr().err  # Ray's copy
+        drop_ray_root_handler()
+        assert not [h for h in root.handlers if h in ray_logger.handlers]
+        driver.warning("SIGTERM: stopping the sweep")
+        logging.getLogger("ray.tune.tune").warning("a line of Tune's")
+        err = capsys.readouterr().err
+        assert " -- SIGTERM" not in err  # linc's line: only its own handler's, bare
+        assert " -- a line of Tune's" in err  # Ray's lines: in its format, as before
+    finally:
+        root.handlers[:], ray_logger.handlers[:] = saved[0], saved[2]
+        root.setLevel(saved[1])
+        ray_logger.propagate = saved[3]
