@@ -106,6 +106,9 @@ class ProblemSpec:
         cost_convention: the distance convention of the problem's generated instances.
         file_formats: benchmark formats whose files hold this problem: name -> FileFormat.
         model_defaults: ``ModelConfig`` values of the problem's reference model.
+        generated_sizes: the sizes (customers) ``generate`` makes without options (CVRP: those
+            with a standard capacity); None: any size. A run of another size is refused when it
+            is planned, not by its generator in every trial.
     """
 
     name: str
@@ -128,6 +131,7 @@ class ProblemSpec:
     cost_convention: str = "exact"
     file_formats: Mapping[str, FileFormat] = field(default_factory=dict)
     model_defaults: Mapping[str, Any] = field(default_factory=dict)
+    generated_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         where = f"problem {self.name!r}"

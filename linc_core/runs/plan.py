@@ -37,7 +37,7 @@ from linc_core.instances import Instance
 from linc_core.instances.datasets import load_dataset, resolve_filesystem
 from linc_core.model.reference_format import reference_initialisation_unsupported
 from linc_core.presets import variant_configs
-from linc_core.problems.cvrp.generator import CVRP_CAPACITY_BY_SIZE
+from linc_core.problems.spec import problem_spec
 from linc_core.runs.protocols import protocol_named
 from linc_core.train.budget import UNBOUNDED_EPOCHS
 from linc_core.train.data import (
@@ -89,13 +89,12 @@ class DataSource:
             self.problem,
             "cvrptw for the solomon50 set",
         )
+        sizes = problem_spec(self.problem).generated_sizes if self.source == "generated" else None
         require(  # refused here, not by every trial's generator after its retries
-            self.source != "generated"
-            or self.problem != "cvrp"
-            or self.num_customers in CVRP_CAPACITY_BY_SIZE,
+            sizes is None or self.num_customers in sizes,
             "num_customers",
             self.num_customers,
-            f"a CVRP size with a standard capacity, one of {sorted(CVRP_CAPACITY_BY_SIZE)}",
+            f"a size {self.problem}'s generator makes, one of {list(sizes or ())}",
         )
 
     @property

@@ -44,6 +44,7 @@ CVRP = register_problem(
         verify=verify_capacitated,
         pyvrp_fleet=vehicle_fleet,
         file_formats={"cvrplib": FileFormat(".vrp", read_cvrplib, "CVRPLIB")},
+        generated_sizes=tuple(sorted(CVRP_CAPACITY_BY_SIZE)),
         # The reference's warm-started CVRP model: PolyNet encoder (no GateAttn, no Depth
         # Mixer), scorer width 64, the kNN-mean node statistic as a residual.
         model_defaults={

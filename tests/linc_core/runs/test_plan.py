@@ -205,9 +205,10 @@ def test_unused_fields_are_the_settings_a_runs_switches_never_read() -> None:
 
 
 def test_a_generated_cvrp_size_without_a_standard_capacity_is_refused_when_planned() -> None:
-    """A sweep of such a size once failed every trial three times in the generator."""
-    with pytest.raises(ValueError, match=r"num_customers: expected a CVRP size with a standard "
-                       r"capacity, one of \[10, 15, 20, .*\], got 6"):  # fmt: skip
+    """A sweep of such a size once failed every trial three times in the generator: the
+    problem's spec says which sizes its generator makes (``ProblemSpec.generated_sizes``)."""
+    with pytest.raises(ValueError, match=r"num_customers: expected a size cvrp's generator "
+                       r"makes, one of \[10, 15, 20, .*\], got 6"):  # fmt: skip
         DataSource("generated", "cvrp", 6)
     assert DataSource("generated", "cvrp", 10).num_customers == 10
     assert DataSource("generated", "tsp", 6).num_customers == 6
