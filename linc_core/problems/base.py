@@ -8,6 +8,7 @@ K; the dynamic state is ``[B, K, ...]``. Nothing here loops over batch rows or n
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -166,3 +167,19 @@ def check_positive(**values: int) -> None:
     for name, value in values.items():
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def bind_instance(env: Any, instance: Any, num_rollouts: int, *, needs_depot: bool) -> None:
+    """Set what every environment reads off its ``instance`` (``RoutingEnv``'s attributes and
+    ``num_customers``), refusing in one line a rollout count below 1 or, for a problem with
+    routes (``needs_depot``), an instance without a depot."""
+    name = type(env).__name__
+    if needs_depot and not instance.has_depot:
+        raise ValueError(f"{name} needs an instance with a depot (problem cvrp or cvrptw).")
+    if num_rollouts < 1:
+        raise ValueError(f"{name}: expected num_rollouts >= 1, got {num_rollouts}.")
+    env.instance = instance
+    env.num_rollouts = num_rollouts
+    env.batch_size = instance.batch_size
+    env.num_nodes = instance.num_nodes
+    env.num_customers = instance.num_customers

@@ -39,6 +39,7 @@ from linc_core.instances import Instance
 from linc_core.problems.base import (
     CAPACITY_EPS,
     angle_difference_norm,
+    bind_instance,
     depot_angles,
     depot_decisions_left,
     euclidean_distances,
@@ -97,15 +98,7 @@ class CVRPTWEnv:
     relative_features: tuple[str, ...] = ("travel", "wait", "slack", "arrival", "departure")
 
     def __init__(self, instance: Instance, num_rollouts: int, *, enforce_depot_return: bool = True):
-        if not instance.has_depot:
-            raise ValueError("CVRPTWEnv needs an instance with a depot (problem cvrp or cvrptw).")
-        if num_rollouts < 1:
-            raise ValueError(f"Expected num_rollouts >= 1, got {num_rollouts}.")
-        self.instance = instance
-        self.num_rollouts = num_rollouts
-        self.batch_size = instance.batch_size
-        self.num_nodes = instance.num_nodes
-        self.num_customers = instance.num_customers
+        bind_instance(self, instance, num_rollouts, needs_depot=True)
         self.max_steps = 2 * self.num_customers
         locs = instance.locs
         dtype = locs.dtype

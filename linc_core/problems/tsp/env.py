@@ -21,6 +21,7 @@ from torch import Tensor
 from linc_core.instances import Instance
 from linc_core.problems.base import (
     angle_difference_norm,
+    bind_instance,
     euclidean_distances,
     gather_nodes,
     gather_pairs,
@@ -58,12 +59,7 @@ class TSPEnv:
     relative_features: tuple[str, ...] = ("travel", "dist_to_start", "dist_to_centroid")
 
     def __init__(self, instance: Instance, num_rollouts: int):
-        if num_rollouts < 1:
-            raise ValueError(f"Expected num_rollouts >= 1, got {num_rollouts}.")
-        self.instance = instance
-        self.num_rollouts = num_rollouts
-        self.batch_size = instance.batch_size
-        self.num_nodes = instance.num_nodes
+        bind_instance(self, instance, num_rollouts, needs_depot=False)
         self.max_steps = self.num_nodes
         self.distance = euclidean_distances(instance.locs)
         self.feature_distance_scale = self.distance.flatten(1).amax(1).clamp_min(1e-12)
