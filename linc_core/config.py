@@ -184,6 +184,10 @@ class TrainConfig:
             the best-only start) then follow the fraction of the budget spent,
             and the seconds spent are kept in checkpoints, so a resumed run keeps its budget
             (``linc_core.train.budget``); None: the epochs define progress.
+        budget_clock: what a budget's minutes count: ``wall`` (seconds on the wall clock:
+            a machine of one's own, a GPU) or ``cpu`` (CPU seconds of the training process,
+            ``time.process_time``: on cores shared with other work every run still gets the
+            same compute; CPU runs only, a GPU's work is not CPU time).
         learning_rate, weight_decay: Adam.
         max_grad_norm: gradient clipping (0 = off, the reference).
         advantage: ``group_mean`` or ``soft_top1`` (matched soft top-1 of the paper).
@@ -224,6 +228,7 @@ class TrainConfig:
     instances_per_epoch: int = 6400
     epochs: int = 12000
     budget_minutes: float | None = None
+    budget_clock: Literal["wall", "cpu"] = "wall"
     learning_rate: float = 1e-4
     weight_decay: float = 1e-6
     max_grad_norm: float = 0.0
@@ -254,6 +259,12 @@ class TrainConfig:
             "budget_minutes",
             self.budget_minutes,
             "> 0 (or null: no budget)",
+        )
+        require(
+            self.budget_clock == "wall" or self.device == "cpu",
+            "budget_clock",
+            self.budget_clock,
+            "wall for a CUDA run (a GPU's work is not CPU time)",
         )
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")

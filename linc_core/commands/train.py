@@ -54,6 +54,7 @@ from linc_core.utils.typed import literal_values
 TRAIN_FLAGS = {
     "epochs": "epochs",
     "minutes": "budget_minutes",
+    "budget_clock": "budget_clock",
     "rollouts": "num_rollouts",
     "batch_size": "batch_size",
     "instances_per_epoch": "instances_per_epoch",
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="train for this many minutes (train.budget_minutes: the schedules follow the "
         "fraction spent, --epochs, when given, an upper bound; --resume keeps the checkpoint's)",
+    )
+    p.add_argument(
+        "--budget-clock",
+        choices=literal_values(TrainConfig, "budget_clock"),
+        default=None,
+        help="what --minutes count: wall (default) or cpu, the process's CPU seconds (runs "
+        "sharing cores still get the same compute)",
     )
     p.add_argument("--rollouts", type=int, default=None, help="K")
     p.add_argument("--batch-size", type=int, default=None)
@@ -146,6 +154,7 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
         kept = load_checkpoint(args.resume)["train_config"]
         if kept.budget_minutes is not None:
             train["budget_minutes"] = kept.budget_minutes
+            train.setdefault("budget_clock", kept.budget_clock)
             train.setdefault("epochs", kept.epochs)
     return resolve_run(
         args.preset,

@@ -8,10 +8,12 @@ shape, and ``epochs`` is only an upper bound (a budget without epochs of its own
 ``UNBOUNDED_EPOCHS``). The run ends after the step during which the budget ran out. Score
 morphing (``morph_epochs``) stays counted in epochs: it is a warm start, not a schedule.
 
-The clock counts training steps only (fetching the batch, the rollouts, the update): validation
-decoding and checkpoint writes are left out, so two models given the same budget get the same
-training compute whatever their validation costs. The seconds spent travel in every checkpoint
-(``train_seconds``): a resumed run, or a trial retried by Tune, keeps the budget it had left.
+The clock (``TrainConfig.budget_clock``: the wall clock, or the process's CPU seconds where
+runs share cores) counts training steps only (fetching the batch, the rollouts, the update):
+validation decoding and checkpoint writes are left out, so two models given the same budget get
+the same training compute whatever their validation costs. The seconds spent travel in every
+checkpoint (``train_seconds``): a resumed run, or a trial retried by Tune, keeps the budget it
+had left.
 Progress then follows measured time, so two runs of one seed under a budget are not
 bit-identical (without a budget they are, resumed or not); its last epoch is always validated.
 
@@ -40,6 +42,10 @@ from linc_core.train.distributed import World, all_reduce_
 
 Clock = Callable[[], float]
 
+# TrainConfig.budget_clock -> the clock its seconds are read from. ``cpu``: the process's CPU
+# seconds (all its threads), so a run on cores shared with other work gets the same compute.
+BUDGET_CLOCKS: dict[str, Clock] = {"wall": time.perf_counter, "cpu": time.process_time}
+
 # The epochs of a run given a budget and no epochs of its own (``resolve_run``): the budget ends
 # it, long before.
 UNBOUNDED_EPOCHS = 1_000_000
@@ -52,7 +58,8 @@ class BudgetClock:
     Attributes:
         budget_seconds: ``60 * budget_minutes``, or None.
         spent: training seconds spent so far, those of earlier attempts included.
-        clock: what time is read from (``time.perf_counter``; tests inject their own).
+        clock: what time is read from (``BUDGET_CLOCKS[config.budget_clock]``; tests inject
+            their own).
     """
 
     budget_seconds: float | None
@@ -61,10 +68,10 @@ class BudgetClock:
 
     @classmethod
     def start(
-        cls, config: TrainConfig, spent: float = 0.0, clock: Clock = time.perf_counter
+        cls, config: TrainConfig, spent: float = 0.0, clock: Clock | None = None
     ) -> BudgetClock:
         budget = None if config.budget_minutes is None else 60.0 * config.budget_minutes
-        return cls(budget, float(spent), clock)
+        return cls(budget, float(spent), clock or BUDGET_CLOCKS[config.budget_clock])
 
     @contextmanager
     def step(self) -> Iterator[None]:
@@ -101,4 +108,4 @@ def ends_after(config: TrainConfig, epoch: int, train_seconds: float | None) -> 
     return budget is not None and train_seconds is not None and train_seconds >= 60.0 * budget
 
 
-__all__ = ["UNBOUNDED_EPOCHS", "BudgetClock", "Clock", "ends_after"]
+__all__ = ["BUDGET_CLOCKS", "UNBOUNDED_EPOCHS", "BudgetClock", "Clock", "ends_after"]

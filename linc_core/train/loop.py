@@ -17,7 +17,7 @@ at the start. Only rank 0 writes ``latest.pt`` and calls the callbacks, except c
 true ``all_ranks`` attribute (e.g. a reporter that must be called on every worker), which every
 rank calls with the same (global) metrics; ``on_checkpoint`` fires only where a checkpoint was
 written. Validation is decoded on every rank (identical parameters, identical result), which
-keeps the ranks in step without a broadcast. The wall-clock budget is agreed across ranks.
+keeps the ranks in step without a broadcast. The time budget is agreed across ranks.
 
 A time budget (``config.budget_minutes``, :mod:`linc_core.train.budget`): the schedules follow
 the fraction of the budget spent, the run ends after the step that spends it (its last epoch is
@@ -158,7 +158,7 @@ def fit(
     morph_from: LincPolicy | None = None,
     world: World = SINGLE,
     stop: Callable[[], bool] | None = None,
-    clock: Clock = time.perf_counter,
+    clock: Clock | None = None,
 ) -> FitResult:
     """Train ``policy`` for ``config.epochs`` epochs, or ``config.budget_minutes`` of training
     (or until ``max_seconds``/``max_steps``).
@@ -182,7 +182,8 @@ def fit(
             checkpoint and runs callbacks (see the module docstring).
         stop: asked after every step; when it returns True, ``fit`` checkpoints the position
             inside the epoch and returns (see the module docstring). Single process only.
-        clock: what the budget's seconds are read from (tests inject a clock of their own).
+        clock: what the budget's seconds are read from (None: ``config.budget_clock``'s;
+            tests inject a clock of their own).
     """
     if stop is not None and world.size > 1:
         raise ValueError("fit: stop is for single-process runs (world.size == 1)")

@@ -144,3 +144,26 @@ def test_a_budget_without_epochs_is_what_ends_the_run() -> None:
 def test_a_budget_must_be_positive() -> None:
     with pytest.raises(ValueError, match="budget_minutes"):
         _config(budget_minutes=0)
+
+
+def test_a_cpu_budget_counts_the_process_cpu_seconds_not_the_wall() -> None:
+    """``budget_clock=cpu``: a step that waits (its core taken by other work, here a sleep)
+    spends wall seconds but next to no CPU seconds; a step that computes spends both."""
+    import time
+
+    wall = BudgetClock.start(_config())
+    cpu = BudgetClock.start(_config(budget_clock="cpu"))
+    with wall.step(), cpu.step():
+        time.sleep(0.3)
+    assert wall.spent >= 0.3 and cpu.spent < 0.05
+    with cpu.step():
+        began = time.process_time()
+        while time.process_time() - began < 0.2:
+            sum(range(1000))
+    assert cpu.spent >= 0.2
+
+
+def test_a_cpu_budget_is_for_cpu_runs() -> None:
+    with pytest.raises(ValueError, match=r"budget_clock: expected wall for a CUDA run"):
+        _config(budget_clock="cpu", device="cuda")
+    assert _config(budget_clock="cpu").budget_clock == "cpu"

@@ -76,6 +76,7 @@ def test_main_table_presets_train_the_three_models_an_hour_each(
     # the step its cost estimate measured (docs/results.md), not the paper's B=128 K=128: a
     # first main-cpu run trained at that by default, 10 steps per epoch
     assert (run.train.batch_size, run.train.num_rollouts) == (32, 64)
+    assert run.train.budget_clock == "cpu"  # equal compute on cores shared with other work
     assert (config.ablation.variants, config.ablation.seeds) == (
         ("full_linc", "polynet", "pomo"),
         seeds,
