@@ -150,11 +150,11 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
     train = {key: value for key, value in train.items() if value is not None}
     if args.morph_from is not None:
         train["morph_epochs"] = args.morph_epochs
-    if args.resume is not None and args.minutes is None:  # a resumed run keeps its budget
+    if args.resume is not None:  # a resumed run keeps its budget and the clock it counts on
         kept = load_checkpoint(args.resume)["train_config"]
-        if kept.budget_minutes is not None:
+        train.setdefault("budget_clock", kept.budget_clock)
+        if args.minutes is None and kept.budget_minutes is not None:
             train["budget_minutes"] = kept.budget_minutes
-            train.setdefault("budget_clock", kept.budget_clock)
             train.setdefault("epochs", kept.epochs)
     return resolve_run(
         args.preset,

@@ -128,17 +128,10 @@ def decode(
         greedy_start = greedy_start_rows
     else:
         multistart = config.method == "multistart"
-        if multistart:
-            limit = instances.num_customers
-            k = limit if config.num_starts is None else min(config.num_starts, limit)
-        elif config.method == "greedy" and policy.config.z_dim == 0:
-            k = 1
-        else:
-            k = config.num_z
         best = decode_best_of_k(
             policy,
             rows,
-            k,
+            config.rollouts_per_row(instances.num_customers, policy.config.z_dim),
             sample=config.method == "sampling",
             multistart=multistart,
             seed=config.seed,

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
+from linc_core.decoding.config import best_of_k_chunk
 from linc_core.decoding.deadline import check_deadline, with_deadline
 from linc_core.instances import Instance
 from linc_core.model.decisions import PolicyChooser
@@ -170,8 +171,7 @@ def decode_best_of_k(
     device = rows.instance.device
     best = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)
     z_dim = policy.config.z_dim
-    block = min(num_rollouts, max_rollouts_per_chunk)
-    rows_per_chunk = max(1, max_rollouts_per_chunk // block)
+    rows_per_chunk, block = best_of_k_chunk(num_rollouts, max_rollouts_per_chunk)
     sample_seeds = rows.seeds(seed, "sample").to(device, non_blocking=True)
     for first in range(0, rows.count, rows_per_chunk):
         check_deadline(deadline)

@@ -104,8 +104,81 @@ class DecodeConfig:
             return f"multistart starts={starts}{aug}"
         return f"{self.method} z={self.num_z}{aug}"
 
-    def rollouts_per_chunk(self, device: torch.device) -> int:
-        """``max_rollouts_per_chunk``, or the default for ``device`` when it is None."""
+    def rollouts_per_chunk(self, device: torch.device | str) -> int:
+        """``max_rollouts_per_chunk``, or the default for ``device`` (or its type, ``"cuda"``)
+        when it is None."""
         if self.max_rollouts_per_chunk is not None:
             return self.max_rollouts_per_chunk
-        return ROLLOUTS_PER_CHUNK.get(device.type, ROLLOUTS_PER_CHUNK["cpu"])
+        kind = device if isinstance(device, str) else device.type
+        return ROLLOUTS_PER_CHUNK.get(kind.split(":")[0], ROLLOUTS_PER_CHUNK["cpu"])
+
+    def rollouts_per_row(self, num_customers: int, z_dim: int) -> int:
+        """K, the best-of-K rollouts of each row (instance x copy): ``num_z``, one greedy
+        rollout of a model without z, or the multistart's starts (every customer by default)."""
+        if self.method == "multistart":
+            starts = num_customers if self.num_starts is None else self.num_starts
+            return min(starts, num_customers)
+        if self.method == "greedy" and z_dim == 0:
+            return 1
+        return self.num_z
+
+    def chunk_shape(
+        self, num_customers: int, num_nodes: int, z_dim: int, device: torch.device | str
+    ) -> tuple[int, int]:
+        """``(rows, rollouts of each row)`` decoded at once (what a chunk holds in memory):
+        SGBS's width per row (``sgbs_chunk``), else the best-of-K blocks (``best_of_k_chunk``)."""
+        chunk = self.rollouts_per_chunk(device)
+        if self.method == "sgbs":
+            shape = sgbs_chunk(self.sgbs_z, self.beam_width, self.expansion, num_customers,
+                               num_nodes, z_dim, chunk)  # fmt: skip
+            return shape[0], shape[1]
+        return best_of_k_chunk(self.rollouts_per_row(num_customers, z_dim), chunk)
+
+    @classmethod
+    def for_evaluation(
+        cls,
+        decoding: str,
+        rollouts: int,
+        augment: int,
+        seed: int,
+        z_dim: int,
+        compiled: bool = False,
+    ) -> DecodeConfig:
+        """A run's final-evaluation budget (``EvaluationSource``): z-sampling or greedy
+        z-rollouts (a model without z: its POMO starts), or SGBS with the reference's beam and
+        expansion from ``min(rollouts, 128)`` greedy z-rollouts (POMO starts without z)."""
+        method = "multistart" if z_dim == 0 and decoding != "sgbs" else decoding
+        return cls(
+            method=method,  # type: ignore[arg-type]
+            num_z=rollouts,
+            augment=augment,  # type: ignore[arg-type]
+            seed=seed,
+            sgbs_z=max(cls.beam_width, min(rollouts, cls.sgbs_z)),
+            compile=compiled,
+        )
+
+
+def best_of_k_chunk(num_rollouts: int, max_rollouts_per_chunk: int) -> tuple[int, int]:
+    """``(rows per chunk, rollouts per block)`` of a best-of-K decoding: rows go in groups of
+    ``chunk // K``; a K larger than the chunk is split into blocks of one row."""
+    block = min(num_rollouts, max_rollouts_per_chunk)
+    return max(1, max_rollouts_per_chunk // block), block
+
+
+def sgbs_chunk(
+    initial_rollouts: int,
+    beam_width: int,
+    expansion: int,
+    num_customers: int,
+    num_nodes: int,
+    z_dim: int,
+    max_rollouts_per_chunk: int,
+) -> tuple[int, int, int, int]:
+    """``(rows per chunk, width, initial rollouts, expansion)`` of SGBS: a row holds ``width``
+    rollouts at once (its initial greedy rollouts, or beam x expansion simulations); a model
+    without z starts from at most one rollout per customer."""
+    if z_dim == 0:
+        initial_rollouts = min(initial_rollouts, num_customers)
+    expansion = min(expansion, num_nodes)
+    width = max(initial_rollouts, beam_width * expansion)
+    return max(1, max_rollouts_per_chunk // width), width, initial_rollouts, expansion

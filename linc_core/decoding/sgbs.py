@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from linc_core.decoding.best_of_k import BestRollouts, Rows, rollout_capacity
+from linc_core.decoding.config import sgbs_chunk
 from linc_core.decoding.deadline import check_deadline, with_deadline
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.policy import LincPolicy
@@ -68,12 +69,15 @@ def sgbs_rows(
     device = rows.instance.device
     incumbent = BestRollouts.empty(rows.count, rollout_capacity(rows.instance), device)
     greedy_start = torch.full((rows.count,), float("inf"), dtype=torch.float64, device=device)
-    z_dim = policy.config.z_dim
-    if z_dim == 0:
-        initial_rollouts = min(initial_rollouts, rows.instance.num_customers)
-    expansion = min(expansion, rows.instance.num_nodes)
-    width = max(initial_rollouts, beam_width * expansion)
-    rows_per_chunk = max(1, max_rollouts_per_chunk // width)
+    rows_per_chunk, _, initial_rollouts, expansion = sgbs_chunk(
+        initial_rollouts,
+        beam_width,
+        expansion,
+        rows.instance.num_customers,
+        rows.instance.num_nodes,
+        policy.config.z_dim,
+        max_rollouts_per_chunk,
+    )
     for first in range(0, rows.count, rows_per_chunk):
         chunk = rows.select(slice(first, first + rows_per_chunk))
         start_cost = _sgbs_chunk(

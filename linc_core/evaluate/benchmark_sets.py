@@ -34,6 +34,7 @@ import torch
 
 from linc_core.instances import Instance, InstanceError, read_solomon_folder, truncate_customers
 from linc_core.instances.benchmarks import (
+    BENCHMARKS,
     data_dir,
     get_benchmark,
     list_instances,
@@ -106,6 +107,19 @@ def load_benchmark(
         if i.num_customers > max_customers
     ]
     return replace(loaded, instances=kept, skipped=sorted([*loaded.skipped, *larger]))
+
+
+def largest_customers(name: str) -> int | None:
+    """Customers of the largest instance of set ``name`` without reading it (a named set's
+    shipped files, a synthetic set's size); None for a folder, known only once read."""
+    synthetic = SYNTHETIC.match(name)
+    if synthetic:
+        return int(synthetic.group(2))
+    if name == "solomon50":
+        return SOLOMON50_CUSTOMERS
+    if name in BENCHMARKS:
+        return BENCHMARKS[name].largest_customers
+    return None
 
 
 def _load(

@@ -70,6 +70,8 @@ class Benchmark:
         problem: the problem its files hold (``"cvrptw"``, ``"cvrp"`` or ``"tsp"``).
         bks_column: ``bks.csv`` column holding the best-known (or optimal) cost.
         convention: distance convention the best-known costs are stated in.
+        largest_customers: customers (cities) of its largest instance as shipped, for what a
+            decoding of the whole set holds in memory (``linc_core.runs.memory``).
     """
 
     name: str
@@ -78,6 +80,7 @@ class Benchmark:
     problem: str
     bks_column: str
     convention: str
+    largest_customers: int
 
     def read(self, path: str | os.PathLike[str]) -> Instance:
         """Read one of this benchmark's instance files with the reader of its problem's file
@@ -88,11 +91,11 @@ class Benchmark:
 
 BENCHMARKS: dict[str, Benchmark] = {
     "solomon100": Benchmark(
-        "solomon100", "solomon100", "*.txt", "cvrptw", "bks_distance_only_dimacs", "dimacs"
+        "solomon100", "solomon100", "*.txt", "cvrptw", "bks_distance_only_dimacs", "dimacs", 100
     ),
-    "tsplib": Benchmark("tsplib", "tsplib", "*.tsp", "tsp", "optimal", "tsplib"),
-    "cvrplib_x": Benchmark("cvrplib_x", "cvrplib_x", "*.vrp", "cvrp", "bks", "cvrplib"),
-    "xml100": Benchmark("xml100", "xml100", "*.vrp", "cvrp", "optimal_cost", "cvrplib"),
+    "tsplib": Benchmark("tsplib", "tsplib", "*.tsp", "tsp", "optimal", "tsplib", 200),
+    "cvrplib_x": Benchmark("cvrplib_x", "cvrplib_x", "*.vrp", "cvrp", "bks", "cvrplib", 1000),
+    "xml100": Benchmark("xml100", "xml100", "*.vrp", "cvrp", "optimal_cost", "cvrplib", 100),
 }
 
 

@@ -175,7 +175,7 @@ def bind_instance(env: Any, instance: Any, num_rollouts: int, *, needs_depot: bo
     routes (``needs_depot``), an instance without a depot."""
     name = type(env).__name__
     if needs_depot and not instance.has_depot:
-        raise ValueError(f"{name} needs an instance with a depot (problem cvrp or cvrptw).")
+        raise ValueError(f"{name} needs an instance with a depot (a problem with routes).")
     if num_rollouts < 1:
         raise ValueError(f"{name}: expected num_rollouts >= 1, got {num_rollouts}.")
     env.instance = instance

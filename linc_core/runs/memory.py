@@ -9,11 +9,12 @@ fit (Ray Tune's ``memory`` resource). The estimate adds, in bytes:
   attention, kept for the backward pass), and a term per rollout, ``BETA x B K (n+1) D x 4``
   (the rollout and the replay chunks); the ``mlp`` scorer adds ``MLP_ROWS x B K (n+1) H x 4``
   (its candidate MLP over every rollout and candidate);
-* the largest decoding (validation, final evaluation): ``DECODE_INSTANCE x R (m+1)^2 D x 4``
-  for the R rows (instances x augmentations) decoded at once and ``DECODE_ROW x R k (m+1) D x 4``
-  for their k rollouts each, where decoding works in chunks of at most ``ROLLOUTS_PER_CHUNK``
-  rollouts for the run's device (R = max(1, chunk // k), k = min(K, chunk)) and m is the
-  evaluated instances' size (a benchmark set's largest, where the plan names one);
+* the largest decoding (validation, and each decoding of the final evaluation):
+  ``DECODE_INSTANCE x R (m+1)^2 D x 4`` for the R rows (instances x augmentations) decoded at
+  once and ``DECODE_ROW x R k (m+1) D x 4`` for their k rollouts each: the decoders' own chunks
+  (``DecodeConfig.chunk_shape``: at most ``ROLLOUTS_PER_CHUNK`` rollouts for the run's device,
+  R = chunk // k rows of k = K sampled rollouts, POMO starts, or SGBS's width), m the evaluated
+  instances' size (a named set's largest, ``largest_customers``, bounded by ``max_customers``);
 
 times ``SAFETY``. With B instances per step, K rollouts, n customers, embedding D, scorer width
 H. The constants were fitted to the growth of peak resident memory measured on CPU (torch 2.13,
@@ -33,9 +34,10 @@ decode x8 aug     50    16    32     169                   179
 ================  ====  ====  =====  ====================  =================
 
 A trial reserves the estimate rounded up to 0.25 GiB: for ``preset=cpu-repro`` (n = 50,
-B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``, for
-``preset=main-cpu`` 4.5 GiB for ``full_linc`` and ``polynet`` and 3.75 GiB for ``pomo``
-(``cluster.memory_per_trial_gb`` overrides the estimate). Before the
+B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``; for
+``preset=main-cpu`` 3 GiB for each model (its largest chunk: SGBS's 128 rows of 128 rollouts on
+Solomon-100), for ``main-cpu-cvrp`` and ``main-cpu-tsp`` 5.75 GiB (instances of up to 200
+customers) (``cluster.memory_per_trial_gb`` overrides the estimate). Before the
 decoding term knew the chunks, ``preset=main-cpu``'s evaluation (the 56 Solomon-100 at z=800
 x8: 358,400 rollouts, decoded 16,384 at a time) was taken as decoded at once: 10 GiB per trial,
 so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of two.
@@ -43,7 +45,9 @@ so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of 
 
 from __future__ import annotations
 
-from linc_core.decoding.config import ROLLOUTS_PER_CHUNK
+from linc_core.decoding.config import DecodeConfig, best_of_k_chunk
+from linc_core.evaluate.benchmark_sets import largest_customers
+from linc_core.problems.spec import problem_spec
 from linc_core.runs.plan import RunPlan
 
 BASE_BYTES = 1 << 30
@@ -57,9 +61,6 @@ FLOAT = 4
 # The final evaluation set when its size is not in the plan (a data set's count is read only
 # by the trial): the Solomon-50 set's size.
 DEFAULT_EVALUATION_SIZE = 56
-# Customers of the largest instance of the named benchmark sets (a plan names the set, the
-# trial reads its files): the decoding of the final evaluation is sized by them.
-BENCHMARK_CUSTOMERS = {"solomon100": 100, "solomon50": 50, "xml100": 100, "cvrplib_x": 1000}
 
 
 def parameter_count(plan: RunPlan) -> int:
@@ -87,47 +88,46 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1) -> int:
     step = ALPHA * batch * nodes * nodes * width + BETA * batch * rollouts * nodes * width
     if model.scorer == "mlp":
         step += MLP_ROWS * batch * rollouts * nodes * model.scorer_hidden_dim
+    chunk = DecodeConfig().rollouts_per_chunk(train.device)
+    rows, per_row = best_of_k_chunk(rollouts, chunk)  # validation: K greedy rollouts per row
+    decode = _decode_floats(min(rows, plan.validation.size), per_row, nodes, width)
     evaluation = plan.evaluation
-    decodes = [(plan.validation.size, 1, rollouts, nodes)]
     if evaluation.source != "none":
-        size = plan.validation.size if evaluation.source == "validation" else None
-        decodes.append(
-            (
-                size or DEFAULT_EVALUATION_SIZE,
-                evaluation.augment,
-                evaluation.rollouts,
-                max(nodes, _evaluated_customers(plan) + 1),
+        customers = _evaluated_customers(plan)
+        count = plan.validation.size if evaluation.source == "validation" else None
+        all_rows = (count or DEFAULT_EVALUATION_SIZE) * evaluation.augment
+        has_depot = problem_spec(plan.data.problem).has_depot
+        for decoding in evaluation.decodings:
+            config = DecodeConfig.for_evaluation(
+                decoding, evaluation.rollouts, evaluation.augment, 0, model.z_dim
             )
-        )
-    chunk = ROLLOUTS_PER_CHUNK.get(train.device.split(":")[0], ROLLOUTS_PER_CHUNK["cpu"])
-    decode = max(
-        _decode_bytes(count * augment, k, chunk, evaluated_nodes, width)
-        for count, augment, k, evaluated_nodes in decodes
-    )
+            evaluated_nodes = customers + has_depot
+            rows, per_row = config.chunk_shape(
+                customers, evaluated_nodes, model.z_dim, train.device
+            )
+            floats = _decode_floats(min(rows, all_rows), per_row, evaluated_nodes, width)
+            decode = max(decode, floats)
     working = FLOAT * (step + decode)
     return int(BASE_BYTES + 16 * parameter_count(plan) + SAFETY * working)
 
 
-def _decode_bytes(rows: int, rollouts: int, chunk: int, nodes: int, width: int) -> float:
-    """Floats held by one chunk of a decoding (``linc_core.decoding.best_of_k``): its rows
-    are encoded and rolled out together, at most ``chunk`` rollouts at once."""
-    per_row = min(rollouts, chunk)
-    rows_at_once = min(rows, max(1, chunk // per_row))
-    return (
-        DECODE_INSTANCE * rows_at_once * nodes * nodes * width
-        + DECODE_ROW * rows_at_once * per_row * nodes * width
-    )
+def _decode_floats(rows: int, rollouts: int, nodes: int, width: int) -> float:
+    """Floats one chunk of a decoding holds: its ``rows`` are encoded together and roll out
+    ``rollouts`` each (the decoders' chunks: ``DecodeConfig.chunk_shape``)."""
+    encoded = DECODE_INSTANCE * rows * nodes * nodes * width
+    return encoded + DECODE_ROW * rows * rollouts * nodes * width
 
 
 def _evaluated_customers(plan: RunPlan) -> int:
-    """Customers of the largest instance the final evaluation decodes: a named benchmark
-    set's (bounded by ``max_customers``), else the training size."""
+    """Customers of the largest instance the final evaluation decodes: a named set's
+    (``largest_customers``; a folder's is not known before it is read: the training size),
+    bounded by ``max_customers``."""
     evaluation = plan.evaluation
     largest = plan.data.num_customers
     if evaluation.source == "benchmark":
-        largest = BENCHMARK_CUSTOMERS.get(evaluation.uri or "", largest)
+        largest = largest_customers(evaluation.uri or "") or largest
     elif evaluation.source == "solomon50":
-        largest = 50
+        largest = largest_customers("solomon50") or largest
     if evaluation.max_customers is not None:
         largest = min(largest, evaluation.max_customers)
     return largest

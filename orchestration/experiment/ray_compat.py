@@ -140,8 +140,9 @@ class SaidByLincFilter(logging.Filter):
     """Tune's lines that linc's console says in its own words, dropped: "Trials did not
     complete: [...]" (the summary and the sweep's one-line error name the trials); "Stop signal
     received ..." and "Experiment has been interrupted ... Tuner.restore(...)" (the stop line
-    says to re-run the same command); "Failed to fetch metrics for N trial(s)" with a line per
-    trial that has not reported yet (a stopped or resumed sweep's pending trials)."""
+    says to re-run the same command); "Failed to fetch metrics for N trial(s)" when each line
+    is a trial that has not reported yet (a stopped or resumed sweep's pending trials: no result
+    file "found"); any other failure to read results is kept."""
 
     PREFIXES = (
         "Trials did not complete",
@@ -151,7 +152,12 @@ class SaidByLincFilter(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.PREFIXES)
+        if not str(record.msg).startswith(self.PREFIXES):
+            return True
+        if str(record.msg).startswith("Failed to fetch metrics for"):
+            failures = record.getMessage().splitlines()[1:]
+            return not failures or not all("not found" in line for line in failures)
+        return False
 
 
 def drop_ray_root_handler() -> None:

@@ -107,6 +107,7 @@ def collect_main(client: Any, runs: Sequence[Any]) -> MainData:
                 "device": params.get("train.device", "?"),
                 "threads": params.get("resources.torch_threads"),
                 "minutes": _number(params.get("train.budget_minutes")),
+                "clock": params.get("train.budget_clock", "wall"),
                 "epochs": metrics.get(EPOCH, math.nan),
                 "instances_per_epoch": _number(params.get("train.instances_per_epoch")),
                 "pyvrp_seconds": _number(params.get("evaluation.pyvrp_seconds")),
@@ -211,6 +212,10 @@ def _cell(value: float, digits: int = 2, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
+# How a caption names a budget's clock (``TrainConfig.budget_clock``): "60 CPU-min".
+CLOCK_WORDS = {"wall": "", "cpu": "CPU-"}
+
+
 def budget_caption(data: MainData) -> str:
     """Device, minutes per trial, epochs per model (mean, min-max over seeds), training
     instances, and the evaluation's samples: what the table's numbers cost."""
@@ -230,7 +235,9 @@ def budget_caption(data: MainData) -> str:
                 f", about {np.mean(epochs) * size:,.0f} instances"
             )
     rollouts, augment = trials[0]["samples"]
-    budget = f"{', '.join(f'{m:g}' for m in minutes)} min" if minutes else "epochs, no time budget"
+    clocks = sorted({CLOCK_WORDS.get(t.get("clock", "wall"), "") for t in trials})
+    budget = f"{', '.join(f'{m:g}' for m in minutes)} {'/'.join(clocks)}min" if minutes else ""
+    budget = budget or "epochs, no time budget"
     return (
         f"Budget: {', '.join(devices)}, {budget} of training per trial; "
         + "; ".join(per_model)

@@ -1,4 +1,5 @@
-"""Time to quality: each model's validation gap against the wall-clock seconds it trained.
+"""Time to quality: each model's validation gap against the seconds it trained (its budget's
+clock, ``train.budget_clock``: wall seconds, or CPU seconds where trials share cores).
 
 A trial validates every ``validation_every`` epochs on a fixed generated set (``validation.seed``,
 ``validation.size``: the same instances for every model of a seed) and logs ``validation_cost``

@@ -41,9 +41,6 @@ from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
 from orchestration.report.ablation import EVALUATION_ROWS, EVALUATION_SUMMARY, artifact_name
 
-# SGBS's initial greedy z-rollouts at most (the reference's 128; fewer when the budget is smaller)
-SGBS_Z = DecodeConfig.sgbs_z
-
 
 def decode_config(
     policy: LincPolicy,
@@ -51,20 +48,16 @@ def decode_config(
     compiled: bool = False,
     decoding: str | None = None,
 ) -> DecodeConfig:
-    """The final-evaluation budget of ``decoding`` (default: the source's first): z-sampling
-    or greedy z-rollouts (POMO starts for a model without z), or SGBS with the reference's beam
-    and expansion from ``min(rollouts, 128)`` greedy z-rollouts (POMO starts without z);
-    ``compiled``: the run's ``train.compile``, which the evaluation follows."""
-    decoding = decoding or source.decoding
-    method = "multistart" if policy.config.z_dim == 0 and decoding != "sgbs" else decoding
-    defaults = DecodeConfig()
-    return DecodeConfig(
-        method=method,  # type: ignore[arg-type]
-        num_z=source.rollouts,
-        augment=source.augment,
-        seed=source.seed,
-        sgbs_z=max(defaults.beam_width, min(source.rollouts, SGBS_Z)),
-        compile=compiled,
+    """The final-evaluation budget of ``decoding`` (default: the source's first) for
+    ``policy`` (``DecodeConfig.for_evaluation``); ``compiled``: the run's ``train.compile``,
+    which the evaluation follows."""
+    return DecodeConfig.for_evaluation(
+        decoding or source.decoding,
+        source.rollouts,
+        source.augment,
+        source.seed,
+        policy.config.z_dim,
+        compiled,
     )
 
 

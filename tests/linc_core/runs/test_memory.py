@@ -4,28 +4,53 @@ from __future__ import annotations
 
 import pytest
 
-from linc_core.decoding.config import ROLLOUTS_PER_CHUNK
-from linc_core.runs.memory import DECODE_INSTANCE, DECODE_ROW, _decode_bytes
+from linc_core.decoding.config import ROLLOUTS_PER_CHUNK, DecodeConfig, best_of_k_chunk
+from linc_core.evaluate.benchmark_sets import largest_customers
+from linc_core.instances.benchmarks import BENCHMARKS, list_instances
+from linc_core.runs.memory import DECODE_INSTANCE, DECODE_ROW, _decode_floats
 
 
 def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
     """The 56 Solomon-100 at z=800 x8 on CPU: 448 rows of 800 rollouts, decoded 20 rows
-    (16,000 rollouts) at a time, by hand."""
+    (16,000 rollouts) at a time, by hand; a K past the chunk goes one row at a time, in blocks
+    of the chunk (best_of_k's)."""
     chunk = ROLLOUTS_PER_CHUNK["cpu"]
     assert chunk == 16384
+    assert best_of_k_chunk(800, chunk) == (20, 800)
+    assert best_of_k_chunk(100_000, chunk) == (1, chunk)
     expected = DECODE_INSTANCE * 20 * 101 * 101 * 128 + DECODE_ROW * 20 * 800 * 101 * 128
-    assert _decode_bytes(448, 800, chunk, 101, 128) == pytest.approx(expected, rel=1e-12)
-    assert _decode_bytes(448, 800, chunk, 101, 128) == _decode_bytes(20, 800, chunk, 101, 128)
-    assert _decode_bytes(5, 800, chunk, 101, 128) == pytest.approx(
-        DECODE_INSTANCE * 5 * 101 * 101 * 128 + DECODE_ROW * 5 * 800 * 101 * 128, rel=1e-12
-    )
+    assert _decode_floats(20, 800, 101, 128) == pytest.approx(expected, rel=1e-12)
 
 
-def test_rollouts_past_a_chunk_are_decoded_in_blocks_of_one_row() -> None:
-    """K larger than the chunk: one row at a time, ``chunk`` rollouts of it (best_of_k's
-    blocks); a larger chunk (CUDA's) holds more."""
-    cpu = ROLLOUTS_PER_CHUNK["cpu"]
-    one_row = DECODE_INSTANCE * 51 * 51 * 128 + DECODE_ROW * cpu * 51 * 128
-    assert _decode_bytes(64, 100_000, cpu, 51, 128) == pytest.approx(one_row, rel=1e-12)
-    cuda = ROLLOUTS_PER_CHUNK["cuda"]
-    assert _decode_bytes(448, 800, cuda, 101, 128) > _decode_bytes(448, 800, cpu, 101, 128)
+def test_each_evaluation_decoding_is_sized_by_the_decoders_own_chunks() -> None:
+    """The 56 Solomon-100 x8 on CPU (16,384 rollouts per chunk): sampling z=800 holds 20 rows
+    of 800; SGBS (from 128 greedy z-rollouts, beam 4 x expansion 4) 128 rows of 128; POMO's
+    multistart 163 rows of its 100 starts, and its SGBS 128 rows of 100 starts."""
+    for decoding, z_dim, shape in [
+        ("sampling", 16, (20, 800)),
+        ("sgbs", 16, (128, 128)),
+        ("sampling", 0, (163, 100)),  # a model without z decodes its POMO starts
+        ("sgbs", 0, (163, 100)),
+    ]:
+        config = DecodeConfig.for_evaluation(decoding, 800, 8, 0, z_dim)
+        assert config.chunk_shape(100, 101, z_dim, "cpu") == shape, (decoding, z_dim)
+    assert DecodeConfig(num_z=800).chunk_shape(100, 101, 16, "cuda:0") == (81, 800)
+
+
+def test_the_largest_instance_of_each_named_set_is_declared(data_dir) -> None:
+    """What the estimate reads without reading the set, checked against the shipped files
+    (the DIMENSION of a .vrp counts the depot, of a .tsp the cities)."""
+    for name, benchmark in BENCHMARKS.items():
+        if benchmark.pattern == "*.txt":  # Solomon: 100 customer lines after the depot's
+            assert largest_customers(name) == 100
+            continue
+        depot = 1 if benchmark.problem != "tsp" else 0
+        sizes = []
+        for path in list_instances(name, data_dir):
+            with path.open() as handle:
+                line = next(li for li in handle if li.upper().startswith("DIMENSION"))
+            sizes.append(int(line.split(":")[-1]) - depot)
+        assert largest_customers(name) == max(sizes), name
+    assert largest_customers("solomon50") == 50
+    assert largest_customers("synthetic-cvrp-70") == 70
+    assert largest_customers("/some/folder") is None

@@ -82,3 +82,16 @@ def test_linc_train_refuses_a_resume_with_other_flags_in_one_line(tmp_path, caps
     # The same flags resume, and the run may go on longer.
     assert linc_train([*_flags(epochs=2), *resume, *out]) == 0
     assert "done: 2 epochs" in capsys.readouterr().out
+
+
+def test_a_resume_keeps_the_clock_its_budget_counts_on(one_epoch, tmp_path, capsys) -> None:
+    """A budget counted in CPU seconds is not resumed on the wall clock (or back): refused,
+    naming both. linc-train --resume keeps the checkpoint's clock, also with new --minutes."""
+    checkpoint, model, config = one_epoch
+    with pytest.raises(CheckpointError, match="train.budget_clock='wall'.*budget_clock='cpu'"):
+        _resume(checkpoint, model, dataclasses.replace(config, budget_clock="cpu"))
+    out = ["--out", str(tmp_path / "cpu")]
+    assert linc_train([*_flags(), "--minutes", "5", "--budget-clock", "cpu", *out]) == 0
+    resume = ["--resume", str(tmp_path / "cpu" / "latest.pt")]
+    assert linc_train([*_flags(epochs=2), "--minutes", "6", *resume]) == 0
+    assert '"budget_clock": "cpu"' in capsys.readouterr().out  # the effective settings printed

@@ -165,12 +165,23 @@ def test_tunes_lines_that_linc_says_itself_are_dropped() -> None:
 
     sources = inspect.getsource(tune) + inspect.getsource(experiment_analysis)
     assert all(prefix in sources for prefix in SaidByLincFilter.PREFIXES)
+    pending = (
+        "Failed to fetch metrics for 1 trial(s):\n- train_linc_1: FileNotFoundError('Could not "
+        "fetch metrics for train_linc_1: both result.json and progress.csv were not found at /r')"
+    )
+    unreadable = "Failed to fetch metrics for 1 trial(s):\n- train_linc_2: PermissionError('x')"
     for module in (tune, experiment_analysis):
         with console_of(module.logger.name) as stream:
-            for prefix in SaidByLincFilter.PREFIXES:
+            for prefix in SaidByLincFilter.PREFIXES[:-1]:
                 module.logger.warning(f"{prefix} (as Ray words it)")
+            module.logger.warning(pending)
+            module.logger.warning(unreadable)  # not a pending trial: kept
             module.logger.warning("Something else Tune says")
-        assert stream.getvalue().splitlines() == ["WARNING Something else Tune says"]
+        assert stream.getvalue().splitlines() == [
+            "WARNING Failed to fetch metrics for 1 trial(s):",
+            "- train_linc_2: PermissionError('x')",
+            "WARNING Something else Tune says",
+        ]
 
 
 def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
@@ -185,6 +196,8 @@ def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
         ray.LoggingConfig(log_level="WARNING")._configure_logging()
         rays = [h for h in root.handlers if h in ray_logger.handlers]
         assert rays  # the state of Ray 2.60 this mends
+        console = io.StringIO()  # linc's own console handler (the bare line)
+        root.addHandler(logging.StreamHandler(console))
         driver = logging.getLogger("orchestration.experiment.stopping")
         driver.warning("SIGTERM: stopping the sweep")
         assert " -- SIGTERM: stopping the sweep" in capsys.readouterr().err  # Ray's copy
@@ -193,7 +206,8 @@ def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
         driver.warning("SIGTERM: stopping the sweep")
         logging.getLogger("ray.tune.tune").warning("a line of Tune's")
         err = capsys.readouterr().err
-        assert " -- SIGTERM" not in err  # linc's line: only its own handler's, bare
+        assert " -- SIGTERM" not in err  # no second copy in Ray's format
+        assert console.getvalue().count("SIGTERM: stopping the sweep") == 2  # once per warning
         assert " -- a line of Tune's" in err  # Ray's lines: in its format, as before
     finally:
         root.handlers[:], ray_logger.handlers[:] = saved[0], saved[2]
