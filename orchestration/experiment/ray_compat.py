@@ -20,20 +20,28 @@ and what to revisit on a Ray upgrade (each says what it mends and where Ray does
 * :func:`tolerate_gone_checkpoints`: a trial restores past a checkpoint Tune's record names but
   storage no longer holds;
 * :func:`with_callbacks`: a restored tuner runs with the callbacks this driver built, not the
-  ones pickled with it.
+  ones pickled with it; :func:`restore_tuner`, the one restore of a sweep, applies them and turns
+  Ray's error for a sweep of another linc version (its wording parsed) into one line.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
+from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+from orchestration.failures import SweepRefused
+
+if TYPE_CHECKING:
+    from orchestration.experiment.folder import SweepFolder
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +322,55 @@ def with_callbacks(tuner: Any, callbacks: list[Any]) -> Any:
     return tuner
 
 
+def restore_tuner(
+    folder: SweepFolder, trainable: Any, param_space: dict[str, Any], callbacks: list[Any]
+) -> tune.Tuner:
+    """Tune's restore of the sweep in ``folder`` (its state checked before:
+    :func:`~.tune_state.check_state`), running ``callbacks`` (:func:`with_callbacks`). A sweep
+    begun by a linc with other settings keys, or whose saved classes this linc no longer has,
+    is a one-line refusal naming what differs (read from the wording of Ray's error), not Ray's
+    traceback."""
+    try:
+        tuner = tune.Tuner.restore(
+            folder.path,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=folder.tune_filesystem,
+        )
+    except (ValueError, ImportError, AttributeError) as err:
+        if isinstance(err, ValueError) and "param_space" not in str(err):
+            raise
+        raise SweepRefused(_other_version(folder, err)) from None
+    return with_callbacks(tuner, callbacks)
+
+
+def _other_version(folder: SweepFolder, err: Exception) -> str:
+    """The refusal of a sweep that another linc version began."""
+    differ = f" (this linc has no {err.name})" if isinstance(err, ImportError) and err.name else ""
+    saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
+    if saved is not None and ours is not None:
+        new, gone = sorted(ours - saved), sorted(saved - ours)
+        differ = f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
+    what = "settings" if isinstance(err, ValueError) else "code"
+    return (
+        f"the sweep in {folder.uri()} was started by a linc version with other {what}{differ}; "
+        "finish it with that version (its trial runs' git_commit tag names it) or start the "
+        "sweep afresh under another name"
+    )
+
+
+def _listed_keys(message: str, label: str) -> set[str] | None:
+    """The key list Ray prints after ``label:`` in its param_space error, or None."""
+    for line in message.splitlines():
+        if line.startswith(f"{label}: ["):
+            try:
+                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
+            except (ValueError, SyntaxError):
+                return None
+    return None
+
+
 __all__ = [
     "GoneCheckpointFilter",
     "PINNED_RAY",
@@ -327,6 +384,7 @@ __all__ = [
     "keep_aws_keys_out_of_trials",
     "quiet_token_auth_notice",
     "quiet_tune",
+    "restore_tuner",
     "drop_ray_root_handler",
     "tolerate_gone_checkpoints",
     "with_callbacks",

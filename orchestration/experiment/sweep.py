@@ -20,7 +20,7 @@ Entering (each step in the one place that does it):
    Ray (:mod:`~.ray_compat`).
 
 :meth:`Sweep.fit` runs one Tune experiment (the sweep's own, or a later stage of a search): a
-new tuner, or the saved one restored (:func:`~.tune_state.restore_tuner`), with every linc Tune
+new tuner, or the saved one restored (:func:`~.ray_compat.restore_tuner`), with every linc Tune
 callback built in :meth:`Sweep.callbacks`; SIGTERM and SIGINT stop it gracefully
 (:mod:`~.stopping`). Leaving settles the runs, tags the checkpoints, runs the caller's report and
 registers the best policy (:meth:`SweepRuns.settle`), marks a stopped sweep KILLED, releases
@@ -55,14 +55,13 @@ from orchestration.experiment.ray_compat import (
     SweepFIFOScheduler,
     handle_memory_kills,
     keep_aws_keys_out_of_trials,
+    restore_tuner,
     tolerate_gone_checkpoints,
-    with_callbacks,
 )
 from orchestration.experiment.stopping import PendingTimeout, StallWatch, stop_sweep_on_signals
 from orchestration.experiment.tune_state import (
     KeepIntactState,
     check_state,
-    restore_tuner,
     without_driver_settings,
 )
 from orchestration.failures import SweepInterrupted, TrialFailed, one_line, sweep_failure
@@ -182,8 +181,7 @@ class Sweep:
         with stop_sweep_on_signals() as stop:
             try:
                 if restoring:
-                    tuner = restore_tuner(folder, self._trainable(), space)
-                    with_callbacks(tuner, callbacks)
+                    tuner = restore_tuner(folder, self._trainable(), space, callbacks)
                     self.runs.parent.set_status("RUNNING")
                 else:
                     tuner = self._new_tuner(folder, space, tune_config, callbacks)

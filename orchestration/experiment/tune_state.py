@@ -20,8 +20,8 @@ this driver, sealed with another key (a moved sweep: set ``LINC_STATE_KEY``), or
 (written before linc sealed its state: ``cluster.trust_unsealed_state=true`` once accepts and
 seals it). An older state is safe to resume from: each trial restores its own newest intact
 checkpoint, and a state naming checkpoints since deleted is tolerated
-(:mod:`orchestration.experiment.ray_compat`). :func:`restore_tuner` is the one restore of a
-sweep.
+(:mod:`orchestration.experiment.ray_compat`, whose ``restore_tuner`` is the one restore of a
+sweep).
 
 A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (read with
 :mod:`pickletools`, which executes nothing).
@@ -29,7 +29,6 @@ A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (r
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import logging
@@ -328,50 +327,6 @@ def _newest_staging(name: str) -> str | None:
     return None if newest is None else str(newest.parent)
 
 
-def restore_tuner(folder: SweepFolder, trainable: Any, param_space: dict[str, Any]) -> tune.Tuner:
-    """Tune's restore of the sweep in ``folder`` (checked by :func:`check_state` before). A
-    sweep begun by a linc with other settings keys, or whose saved classes this linc no longer
-    has, is a one-line refusal naming what differs, not Ray's traceback."""
-    try:
-        return tune.Tuner.restore(
-            folder.path,
-            trainable,
-            resume_errored=True,
-            param_space=param_space,
-            storage_filesystem=folder.tune_filesystem,
-        )
-    except (ValueError, ImportError, AttributeError) as err:
-        if isinstance(err, ValueError) and "param_space" not in str(err):
-            raise
-        raise SweepRefused(_other_version(folder, err)) from None
-
-
-def _other_version(folder: SweepFolder, err: Exception) -> str:
-    """The refusal of a sweep that another linc version began."""
-    differ = f" (this linc has no {err.name})" if isinstance(err, ImportError) and err.name else ""
-    saved, ours = _listed_keys(str(err), "Expected"), _listed_keys(str(err), "Got")
-    if saved is not None and ours is not None:
-        new, gone = sorted(ours - saved), sorted(saved - ours)
-        differ = f" (only in this version: {new or 'none'}; only in the sweep's: {gone or 'none'})"
-    what = "settings" if isinstance(err, ValueError) else "code"
-    return (
-        f"the sweep in {folder.uri()} was started by a linc version with other {what}{differ}; "
-        "finish it with that version (its trial runs' git_commit tag names it) or start the "
-        "sweep afresh under another name"
-    )
-
-
-def _listed_keys(message: str, label: str) -> set[str] | None:
-    """The key list Ray prints after ``label:`` in its param_space error, or None."""
-    for line in message.splitlines():
-        if line.startswith(f"{label}: ["):
-            try:
-                return {key.replace("/", ".") for key in ast.literal_eval(line[len(label) + 2 :])}
-            except (ValueError, SyntaxError):
-                return None
-    return None
-
-
 __all__ = [
     "KEEP_FOLDER",
     "SEAL_FILE",
@@ -381,6 +336,5 @@ __all__ = [
     "is_intact",
     "is_state_file",
     "keep_intact",
-    "restore_tuner",
     "without_driver_settings",
 ]
