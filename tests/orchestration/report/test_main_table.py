@@ -152,7 +152,7 @@ def test_the_main_table_is_what_the_runs_logged(main_sweep, capsys) -> None:
     assert cells[4].startswith(ordering) and cells[5] == "2 x 3"
     # the budget in the caption: device, minutes, epochs per model
     epochs = [by[("pomo", s)].data.metrics["epoch"] for s in (1, 2)]
-    assert "Budget: cpu (1 thread(s)), 0.033 min of training per trial" in table
+    assert "Budget: cpu (1 thread(s)), 0.033 CPU-min of training per trial" in table
     assert re.search(rf"POMO {np.mean(epochs):.0f} epochs", table)
     # the sweep logged the same table and the time-to-quality figure on its parent run
     parent = result.parent_run_id

@@ -3,6 +3,7 @@ outage), and SQLite files (a retried trial, a refused record, a moved store)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -150,3 +151,23 @@ def test_a_password_in_the_store_uri_reaches_no_record_journal_or_warning(server
     lines = [r.getMessage() for r in caplog.records]
     assert any("http://linc:***@127.0.0.1" in line for line in lines), lines
     assert not any(password in line for line in lines)
+
+
+def test_an_artifact_delivered_while_a_journal_is_saved_stays_out_of_it(tmp_path) -> None:
+    """The delivery thread removes an artifact's spool file once the store has it, then drops
+    the record; a save between the two found the record and not its file, and the trial failed
+    (FileNotFoundError, seen under load). Here the store is unreachable, so the record stays
+    pending, and the file is removed as a delivery would: the journal leaves it out."""
+    writer = RunWriter(f"http://127.0.0.1:{free_port()}", spool=tmp_path / "spool")
+    writer.start("writer", "race", {}, KEY)
+    (tmp_path / "delivered.txt").write_text("rows")
+    (tmp_path / "kept.txt").write_text("rows")
+    writer.log_artifact(tmp_path / "delivered.txt")
+    writer.log_artifact(tmp_path / "kept.txt")
+    delivered = next((tmp_path / "spool").glob("*delivered.txt"))
+    delivered.unlink()  # the store has it; the record is not yet dropped
+    writer.save(tmp_path / "checkpoint")
+    journal = json.loads((tmp_path / "checkpoint" / JOURNAL_FILE).read_text())
+    names = [r.get("name") for r in journal["pending"] if r["op"] == "artifact"]
+    assert names == ["kept.txt"]
+    writer.close(timeout=0, warn=False)
