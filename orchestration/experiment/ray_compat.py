@@ -7,6 +7,7 @@ and what to revisit on a Ray upgrade (each says what it mends and where Ray does
   the console at every start: the notice is dropped, authentication stays on;
 * :func:`drop_ray_root_handler`: Ray's logging config prints every record of the driver's own
   loggers a second time, in Ray's format;
+* :func:`patient_actor_reuse`: a reused trial process waits long enough for the last trial;
 * :func:`keep_aws_keys_out_of_trials`: Tune copies the driver's ``AWS_*`` keys into each trial's
   ``runtime_env``, which Ray's agent writes into a log every user of the node can read;
 * :func:`quiet_tune`: Tune's console output engine, per-trial tracebacks, checkpoint-frequency
@@ -78,6 +79,20 @@ class _TokenAuthNotice(logging.Filter):
         return not str(record.msg).startswith("Token authentication is enabled for this")
 
 
+ACTOR_REUSE_WAIT_S = "30"  # Tune's default, 2 s, failed a trial on a loaded node
+
+
+def patient_actor_reuse() -> None:
+    """A reused trial process waits ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` for the last trial's
+    thread, then fails the next trial ("Could not re-use actor"); wait longer, in every trial
+    (the variable travels in each trial actor's ``runtime_env``)."""
+    from ray.tune.execution import class_cache
+
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", ACTOR_REUSE_WAIT_S)
+    propagated = class_cache.ENV_VARS_TO_PROPAGATE | {"TUNE_FUNCTION_THREAD_TIMEOUT_S"}
+    class_cache.ENV_VARS_TO_PROPAGATE = propagated
+
+
 def keep_aws_keys_out_of_trials() -> None:
     """Tune copies the driver's ``AWS_*`` keys into each trial actor's ``runtime_env``
     (``ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE``), which Ray's agent writes into
@@ -145,12 +160,8 @@ class SyncFailureFilter(logging.Filter):
 
 
 class SaidByLincFilter(logging.Filter):
-    """Tune's lines that linc's console says in its own words, dropped: "Trials did not
-    complete: [...]" (the summary and the sweep's one-line error name the trials); "Stop signal
-    received ..." and "Experiment has been interrupted ... Tuner.restore(...)" (the stop line
-    says to re-run the same command); "Failed to fetch metrics for N trial(s)" when each line
-    is a trial that has not reported yet (a stopped or resumed sweep's pending trials: no result
-    file "found"); any other failure to read results is kept."""
+    """Tune's lines that linc's console says in its own words (a failed sweep's trials, a stop
+    and how to resume it), and its "Failed to fetch metrics" for trials not yet reported."""
 
     PREFIXES = (
         "Trials did not complete",
@@ -325,11 +336,8 @@ def with_callbacks(tuner: Any, callbacks: list[Any]) -> Any:
 def restore_tuner(
     folder: SweepFolder, trainable: Any, param_space: dict[str, Any], callbacks: list[Any]
 ) -> tune.Tuner:
-    """Tune's restore of the sweep in ``folder`` (its state checked before:
-    :func:`~.tune_state.check_state`), running ``callbacks`` (:func:`with_callbacks`). A sweep
-    begun by a linc with other settings keys, or whose saved classes this linc no longer has,
-    is a one-line refusal naming what differs (read from the wording of Ray's error), not Ray's
-    traceback."""
+    """Tune's restore of the sweep in ``folder`` running ``callbacks``; a sweep of another
+    linc version (other settings keys, classes gone) is one line naming what differs."""
     try:
         tuner = tune.Tuner.restore(
             folder.path,
@@ -383,6 +391,7 @@ __all__ = [
     "handle_memory_kills",
     "keep_aws_keys_out_of_trials",
     "quiet_token_auth_notice",
+    "patient_actor_reuse",
     "quiet_tune",
     "restore_tuner",
     "drop_ray_root_handler",

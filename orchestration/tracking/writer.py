@@ -235,31 +235,23 @@ class RunWriter:
             )
         return delivered
 
-    # -- durability ------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
-        """Write the undelivered records (and their artifact files) into ``folder``.
-
-        An artifact's spool file is removed once the store has it, which the delivery thread
-        does before it drops the record from the pending list: a record whose file is gone by
-        the time it is copied was delivered meanwhile and stays out of the journal (copying it
-        once failed the trial under load: FileNotFoundError)."""
+        """Undelivered records (and artifact files) into ``folder``; a gone file was delivered."""
         folder = Path(folder)
         with self._lock:
-            records = list(self._pending)
-            state = {"tracking_uri": self.shown_uri, "run_id": self.run_id}
-            state |= {"create": self._create}
-        artifacts = folder / JOURNAL_ARTIFACTS
+            records, state = list(self._pending), {"create": self._create, "run_id": self.run_id}
+        artifacts, saved = folder / JOURNAL_ARTIFACTS, []
         shutil.rmtree(artifacts, ignore_errors=True)
-        saved = []
         for record in records:
             if record["op"] == "artifact":
                 artifacts.mkdir(parents=True, exist_ok=True)
-                try:
+                try:  # copying a delivered one failed trials under load (FileNotFoundError)
                     shutil.copyfile(self._spool / record["file"], artifacts / record["file"])
                 except FileNotFoundError:
-                    continue  # delivered since the list was taken
+                    continue
             saved.append(record)
-        write_atomic(folder / JOURNAL_FILE, json.dumps(state | {"pending": saved}).encode())
+        state |= {"tracking_uri": self.shown_uri, "pending": saved}
+        write_atomic(folder / JOURNAL_FILE, json.dumps(state).encode())
 
     def restore(self, folder: str | Path) -> bool:
         """Queue a saved journal's records ahead of any new ones.

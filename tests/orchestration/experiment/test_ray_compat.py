@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -213,3 +214,23 @@ def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
         root.handlers[:], ray_logger.handlers[:] = saved[0], saved[2]
         root.setLevel(saved[1])
         ray_logger.propagate = saved[3]
+
+
+def test_a_reused_trial_process_waits_longer_for_the_last_trials_thread(monkeypatch) -> None:
+    """Ray 2.60's FunctionTrainable.reset_config waits TUNE_FUNCTION_THREAD_TIMEOUT_S (2 s) and
+    then fails the next trial; linc sets a longer wait and has Tune carry it to every trial."""
+    import inspect
+
+    from ray.tune.execution import class_cache
+    from ray.tune.trainable.function_trainable import FunctionTrainable
+
+    from orchestration.experiment.ray_compat import ACTOR_REUSE_WAIT_S, patient_actor_reuse
+
+    assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in inspect.getsource(FunctionTrainable.reset_config)
+    monkeypatch.delenv("TUNE_FUNCTION_THREAD_TIMEOUT_S", raising=False)
+    monkeypatch.setattr(
+        class_cache, "ENV_VARS_TO_PROPAGATE", set(class_cache.ENV_VARS_TO_PROPAGATE)
+    )
+    patient_actor_reuse()
+    assert os.environ["TUNE_FUNCTION_THREAD_TIMEOUT_S"] == ACTOR_REUSE_WAIT_S
+    assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in class_cache.ENV_VARS_TO_PROPAGATE
