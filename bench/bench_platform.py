@@ -177,4 +177,4 @@ def _sweep_of_identical_trials(config, name: str, trials: int) -> None:
     seed = config.run.train.seed
     param_space = sequential.with_values(**{"train.seed": tune.grid_search([seed] * trials)})
     with Sweep(sequential, {"name": name, "kind": "bench"}) as sweep:  # a failed trial: raises
-        sweep.fit(param_space)
+        sweep.run_trials(param_space)

@@ -7,7 +7,8 @@
 - ``tracking``: the one way to MLflow (store, params and metrics, run writer, the tracking
   target handed down to trials, a sweep's runs: ``SweepRuns``);
 - ``experiment``: the driver (``Sweep``, the sweep's folder, Tune's sealed state, pre-flight,
-  stopping, console, the pinned Ray's workarounds; ablation and search as its callers);
+  Tune callbacks and stops, console, the pinned Ray's workarounds; ablation and search as its
+  callers);
 - ``failures``: how a sweep ends unfinished, one family of one-line errors with exit codes;
 - ``report``: statistics, the ablation report, tables and figures from MLflow;
 - ``ray_session``: the one way linc gets a Ray.

@@ -10,7 +10,8 @@ only; Ray is not imported).
     linc-report register --run 4aae6ca33cbe4242943689250623677d --name linc-cpu
 
 ``ablation``: mean final evaluation cost per variant over seeds with the gap to the
-``--compare-to`` variant (default Full LINC, as ``linc-ablation`` prints it), then the statistics
+``--compare-to`` variant (default: the one the ``--sweep`` recorded, so the rebuilt report is the
+one the sweep logged; else Full LINC), then the statistics
 table: intervals over seeds, the gap paired by seed and instance with its bootstrap interval, and
 whether its sign is resolved (``orchestration.report.ablation``). ``benchmark``: per evaluation
 set and variant, the mean cost and the count of infeasible solutions. ``budget``: per run,
@@ -130,7 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default="linc-cpu")
     parser.add_argument("--sweep", default=None, help="only the trials of this sweep")
     parser.add_argument(
-        "--compare-to", default="full_linc", help="the variant the ablation's gaps are relative to"
+        "--compare-to",
+        default=None,
+        help="the variant the gaps are relative to (default: the --sweep's own, else full_linc)",
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="write the table (and ablation's figures) here"
@@ -261,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not rows:
         raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
+    if args.compare_to is None:
+        from orchestration.report.sweep_report import recorded_compare_to
+
+        recorded = recorded_compare_to(client, args.experiment, args.sweep) if args.sweep else None
+        args.compare_to = recorded or "full_linc"
     table, files = _table(args, client, rows)
     print(table)
     if args.table == "main" and args.register:

@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,17 +138,61 @@ class SweepFolder:
             return None
         return value if isinstance(value, dict) else None
 
+    def read_all(self, wanted: Callable[[str], bool], also: str | None = None) -> dict[str, bytes]:
+        """Every file directly in this folder whose name passes ``wanted``, and every file
+        directly in its subfolder ``also`` (keyed ``also/NAME``): listed and read as one
+        operation under the one policy (a file gone between its listing and its read is left
+        out).
+
+        Raises:
+            StorageUnavailableError: the storage failed every try.
+        """
+
+        def read_files() -> dict[str, bytes]:
+            found = {}
+            for prefix, chosen in (("", wanted), (also, None)):
+                if prefix is None:
+                    continue
+                where = "/".join(p for p in (self.path.rstrip("/"), prefix) if p)
+                selector = pafs.FileSelector(where, allow_not_found=True, recursive=False)
+                for info in self.filesystem.get_file_info(selector):
+                    if info.type != pafs.FileType.File or not (chosen or bool)(info.base_name):
+                        continue
+                    name = "/".join(p for p in (prefix, info.base_name) if p)
+                    try:
+                        with self.filesystem.open_input_stream(info.path) as stream:
+                            found[name] = stream.read()
+                    except FileNotFoundError:
+                        continue
+            return found
+
+        return with_retries(read_files, f"read {self.uri()}", attempts=ATTEMPTS)
+
     def write(self, name: str, content: bytes, fsync: bool = False, retry: bool = True) -> None:
         """Write ``name`` atomically (its folders created); retried like a read, unless
         ``retry`` is False (a best-effort write that its next time repeats: one try, its
         ``OSError`` raised as is)."""
-        path = f"{self.path}/{name}"
 
         def write() -> None:
-            self.filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            write_atomic(path, content, filesystem=self.filesystem, fsync=fsync)
+            self._write_one(name, content, fsync)
 
         with_retries(write, f"write {self.uri(name)}", attempts=ATTEMPTS) if retry else write()
+
+    def write_all(self, files: dict[str, bytes]) -> None:
+        """Write each of ``files`` (name -> bytes, in their order) atomically, their folders
+        created, as one operation under the one policy (a retry writes the same bytes again)."""
+
+        def write_files() -> None:
+            for name, content in files.items():
+                self._write_one(name, content)
+
+        if files:
+            with_retries(write_files, f"write {self.uri()}", attempts=ATTEMPTS)
+
+    def _write_one(self, name: str, content: bytes, fsync: bool = False) -> None:
+        path = f"{self.path}/{name}"
+        self.filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        write_atomic(path, content, filesystem=self.filesystem, fsync=fsync)
 
     def write_json(self, name: str, values: dict[str, Any], retry: bool = True) -> None:
         self.write(name, json.dumps(values).encode(), retry=retry)

@@ -43,9 +43,10 @@ from orchestration.experiment.study import (
     searcher,
     study_storage_url,
 )
-from orchestration.experiment.sweep import Sweep, SweepResult, result_row
+from orchestration.experiment.sweep import Sweep, SweepResult
 from orchestration.failures import SweepRefused
 from orchestration.report.study import pareto_table, study_figures, study_table
+from orchestration.report.tables import result_row
 from orchestration.tracking.runs import BestChoice, SweepRuns
 from orchestration.tracking.store import TRIAL_TAG
 
@@ -132,7 +133,7 @@ def run_search(config: PlatformConfig) -> SweepResult:
                 if not sweep.has_experiment(stage) and missing <= 0:
                     break
                 tuned = _tune_config(config, spec, url, max(missing, 1), index)
-                rows += [result_row(r, keys) for r in sweep.fit(param_space, tuned, stage)]
+                rows += [result_row(r, keys) for r in sweep.run_trials(param_space, tuned, stage)]
         finally:
             RUN_FINDERS.pop(spec.name, None)
         best = _log_study(sweep.runs, study, spec, url)

@@ -1,7 +1,7 @@
 """A sweep's lifecycle in one object: :class:`Sweep`, a context manager around Tune experiments.
 
     with Sweep(config, {"name": "ablation-smoke", "kind": "ablation"}) as sweep:
-        results = sweep.fit(param_space)           # new, or restored where it stopped
+        results = sweep.run_trials(param_space)    # new, or restored where it stopped
         sweep.finish_with(report=..., description=...)
     sweep.registered                                # the best policy: NAME/VERSION, or None
 
@@ -13,19 +13,19 @@ Entering (each step in the one place that does it):
    tracking store answer, the tracking target is resolved once;
 3. the lease of the sweep's folder is taken (:class:`~.folder.SweepFolder`: one driver per sweep);
 4. Tune's saved state is checked against its seal and mended (:func:`~.tune_state.check_state`):
-   nothing of it is read before;
+   nothing of it is read before, and what it found decides between restoring and a new tuner;
 5. the parent run is opened or re-opened (:class:`~orchestration.tracking.runs.SweepRuns`) and
    the sweep's folder records it;
 6. Ray starts (:func:`~orchestration.ray_session.init_ray`) with the workarounds of the pinned
    Ray (:mod:`~.ray_compat`).
 
-:meth:`Sweep.fit` runs one Tune experiment (the sweep's own, or a later stage of a search): a
-new tuner, or the saved one restored (:func:`~.ray_compat.restore_tuner`), with every linc Tune
-callback built in :meth:`Sweep.callbacks`; SIGTERM and SIGINT stop it gracefully
-(:mod:`~.stopping`). Leaving settles the runs, tags the checkpoints, runs the caller's report and
-registers the best policy (:meth:`SweepRuns.settle`), marks a stopped sweep KILLED, releases
-the lease, and turns every failure into one of :mod:`orchestration.failures` (one line, an exit
-code): a bug is the only traceback.
+:meth:`Sweep.run_trials` runs one Tune experiment (the sweep's own, or a later stage of a
+search): a new tuner, or the saved one restored (:func:`~.ray_compat.restore_tuner`), with every
+linc Tune callback (:func:`~.callbacks.tune_callbacks`); SIGTERM and SIGINT stop it gracefully
+(:func:`~.callbacks.stop_sweep_on_signals`). Leaving settles the runs, tags the checkpoints,
+runs the caller's report and registers the best policy (:meth:`SweepRuns.settle`), marks a
+stopped sweep KILLED, releases the lease, and turns every failure into one of
+:mod:`orchestration.failures` (one line, an exit code): a bug is the only traceback.
 """
 
 from __future__ import annotations
@@ -38,16 +38,10 @@ from typing import Any
 
 from ray import tune
 
-from linc_core.metrics import (
-    EPOCH,
-    EVAL_COST,
-    EVAL_INFEASIBLE,
-    PEAK_RSS_GB,
-    TRAIN_BEST_COST,
-    VALIDATION_COST,
-)
+from linc_core.metrics import EVAL_COST
 from linc_core.utils.secrets import redact, redact_logging
 from orchestration.config.platform import PlatformConfig, dotted_get, trial_label
+from orchestration.experiment.callbacks import stop_sweep_on_signals, tune_callbacks
 from orchestration.experiment.console import TUNE_VERBOSE, TrialEvents, prepare_console
 from orchestration.experiment.folder import SweepFolder, SweepLease
 from orchestration.experiment.preflight import preflight
@@ -58,12 +52,7 @@ from orchestration.experiment.ray_compat import (
     restore_tuner,
     tolerate_gone_checkpoints,
 )
-from orchestration.experiment.stopping import PendingTimeout, StallWatch, stop_sweep_on_signals
-from orchestration.experiment.tune_state import (
-    KeepIntactState,
-    check_state,
-    without_driver_settings,
-)
+from orchestration.experiment.tune_state import CheckedState, check_state
 from orchestration.failures import SweepInterrupted, TrialFailed, one_line, sweep_failure
 from orchestration.ray_session import init_ray
 from orchestration.tracking.runs import SweepRuns
@@ -117,7 +106,8 @@ class Sweep:
         self.label_keys, self.objective, self.resume = tuple(label_keys), objective, resume
         self.checks, self.trials_must_finish = checks, trials_must_finish
         self.folder: SweepFolder | None = None  # the sweep's, once entered (after pre-flight)
-        self.experiment: SweepFolder | None = None  # the Tune experiment's fitted last
+        self.experiment: SweepFolder | None = None  # the Tune experiment's run last
+        self._state: CheckedState | None = None  # Tune's state in the sweep's folder, checked
         self.results: list[Any] = []
         self.registered: str | None = None
         self._lease: SweepLease | None = None
@@ -139,11 +129,10 @@ class Sweep:
             folder = SweepFolder.on_storage(self.config.cluster.storage_path(), self.name)
             self.folder = self.experiment = folder
             self._lease = folder.take_lease(self.name)
-            restoring = self.resume and folder.can_restore()
-            check_state(folder, restoring, self.config.cluster.trust_unsealed_state)
+            self._state = check_state(folder, self.resume, self.config.cluster.trust_unsealed_state)
             plan = TrialPlan.from_config(self.config, tracking)
             params = plan.params(varied=self.label_keys, sweep=self.sweep)
-            recorded = folder.record() if restoring else None
+            recorded = folder.record() if self._state.restoring else None
             self._runs = SweepRuns.open(tracking, self.sweep, params, folder.path, recorded)
             folder.write_record(self._runs.record)
             start_ray(self.config)
@@ -161,8 +150,8 @@ class Sweep:
         """Whether a Tune experiment ``name`` (a search's stage) is saved beside the sweep's."""
         return self._experiment_folder(name).can_restore()
 
-    # -- fitting -------------------------------------------------------------------------------
-    def fit(
+    # -- running -------------------------------------------------------------------------------
+    def run_trials(
         self,
         param_space: dict[str, Any],
         tune_config: tune.TuneConfig | None = None,
@@ -170,17 +159,13 @@ class Sweep:
     ) -> tune.ResultGrid:
         """Run (or resume) the Tune experiment ``experiment`` (None: the sweep's own) over
         ``param_space``; its results (also kept in :attr:`results` for the end)."""
-        folder = self._experiment_folder(experiment or self.name)
-        restoring = self.resume and folder.can_restore()
-        if folder != self.folder:
-            check_state(folder, restoring, self.config.cluster.trust_unsealed_state)
-        # What Tune keeps (params.json, result.json, its state) is masked: a trial takes the
-        # real store and storage from the driver (with_parameters), not from it.
-        space = without_driver_settings(redact(param_space))
-        callbacks = self.callbacks(folder, restoring)
+        space = tune_space(param_space)
+        state = self._checked_state(experiment or self.name)
+        callbacks = tune_callbacks(self.events, self.config.cluster, state)
+        folder = state.folder
         with stop_sweep_on_signals() as stop:
             try:
-                if restoring:
+                if state.restoring:
                     tuner = restore_tuner(folder, self._trainable(), space, callbacks)
                     self.runs.parent.set_status("RUNNING")
                 else:
@@ -197,16 +182,14 @@ class Sweep:
         self.results += list(results)
         return results
 
-    def callbacks(self, folder: SweepFolder, restored: bool) -> list[tune.Callback]:
-        """Every linc Tune callback of an experiment in ``folder``: the console's lines, the
-        stops for trials no node can place and for hung trials, the sealing of Tune's state."""
-        cluster = self.config.cluster
-        callbacks: list[tune.Callback] = [self.events]  # one for every experiment: one summary
-        if cluster.pending_timeout_s is not None:
-            callbacks.append(PendingTimeout(cluster.pending_timeout_s))
-        if cluster.stall_timeout_s is not None:
-            callbacks.append(StallWatch(cluster.stall_timeout_s, self.events.notice))
-        return [*callbacks, KeepIntactState(folder, restored)]
+    def _checked_state(self, name: str) -> CheckedState:
+        """Tune's state of experiment ``name``: the sweep's own was checked on entering; a
+        search's later stage, beside it, is checked now."""
+        assert self._state is not None, "use the Sweep as a context manager"
+        if name == self.name:
+            return self._state
+        trust = self.config.cluster.trust_unsealed_state
+        return check_state(self._experiment_folder(name), self.resume, trust)
 
     def _experiment_folder(self, name: str) -> SweepFolder:
         assert self.folder is not None, "use the Sweep as a context manager"
@@ -258,11 +241,12 @@ class Sweep:
         self,
         texts: dict[str, str] | None = None,
         metrics: dict[str, float] | None = None,
-        report: Callable[[], None] | None = None,
+        report: Callable[[SweepRuns], None] | None = None,
         description: str | None = None,
     ) -> None:
         """What the end adds on the parent run, also when trials failed: ``texts`` (artifact
-        name -> text) and ``metrics``, ``report`` (run once the trial runs are settled) and
+        name -> text) and ``metrics``, ``report`` (called with the runs once the trial runs are
+        settled) and
         ``description`` (Markdown: the run's description in the MLflow UI)."""
         self._ending = {"texts": texts, "metrics": metrics, "report": report}
         self._ending["description"] = description
@@ -337,6 +321,18 @@ class Sweep:
         )
 
 
+def tune_space(param_space: dict[str, Any]) -> dict[str, Any]:
+    """What Tune keeps of ``param_space`` (params.json, result.json, its state): masked (a trial
+    takes the real store and storage from the driver, ``with_parameters``), and without the
+    setting of one re-run of the driver, ``cluster.trust_unsealed_state``: not the sweep's (a
+    sweep begun before such a setting existed restores with the same keys)."""
+    space = redact(param_space)
+    cluster = space.get("cluster") or {}
+    if "trust_unsealed_state" not in cluster:
+        return space
+    return space | {"cluster": {k: v for k, v in cluster.items() if k != "trust_unsealed_state"}}
+
+
 def start_ray(config: PlatformConfig) -> None:
     """Start or join the Ray of ``config``'s cluster with linc's console (prepared first; Ray's
     loggers, driver and workers, at its level) and the workarounds of the pinned Ray."""
@@ -365,34 +361,22 @@ class TrialFolderName:
         return f"trial_{number:0>3}_{safe}" if safe else f"trial_{number:0>3}"
 
 
-def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A trial's row of a sweep's table: its variant, seed, metrics, error and ``keys``."""
-    config = result.config or {}
-    metrics = result.metrics or {}
-    return {
-        "variant": config.get("model", {}).get("variant"),
-        "seed": config.get("train", {}).get("seed"),
-        EVAL_COST: metrics.get(EVAL_COST),
-        EVAL_INFEASIBLE: metrics.get(EVAL_INFEASIBLE),
-        VALIDATION_COST: metrics.get(VALIDATION_COST),
-        TRAIN_BEST_COST: metrics.get(TRAIN_BEST_COST),
-        "epochs": metrics.get(EPOCH),
-        "seconds": metrics.get("time_total_s"),
-        PEAK_RSS_GB: metrics.get(PEAK_RSS_GB),
-        "error": None if result.error is None else one_line(result.error),
-        "config": {key: dotted_get(config, key) for key in keys},
-    }
-
-
 def run_training(config: PlatformConfig, name: str | None = None) -> SweepResult:
     """One trial (the config's variant and seed) as a sweep of its own (``linc-tune``)."""
-    from orchestration.report.tables import ablation_table
+    from orchestration.report.tables import ablation_table, result_row
 
     run = config.run
     name = name or f"train-{run.variant}-{run.data.problem}-seed{run.train.seed}"
     with Sweep(config, {"name": name, "kind": "train"}) as sweep:
-        rows = [result_row(r) for r in sweep.fit(config.raw)]
+        rows = [result_row(r) for r in sweep.run_trials(config.raw)]
     return sweep.result(rows, ablation_table(rows, compare_to=None))
 
 
-__all__ = ["Sweep", "SweepResult", "TrialFolderName", "result_row", "run_training", "start_ray"]
+__all__ = [
+    "Sweep",
+    "SweepResult",
+    "TrialFolderName",
+    "run_training",
+    "start_ray",
+    "tune_space",
+]

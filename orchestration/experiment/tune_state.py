@@ -5,23 +5,26 @@ Tune saves its state (``experiment_state-*.json``, the searcher's ``basic-varian
 ``search_gen_state-*.json`` or ``searcher-state-*.pkl``) in the driver's staging folder and
 copies it to the sweep's folder every 10 s or more (a copy a full storage can cut short);
 ``tuner.pkl`` it writes there once, as the sweep begins. ``Tuner.restore`` unpickles them all
-with cloudpickle: whoever can write the storage could put code there. So each is sealed
-(:mod:`orchestration.data.seal`: HMAC-SHA256 under this user's key) from the bytes the driver
-itself wrote, and kept in ``.linc-intact/`` of the sweep's folder (:class:`StateKeeper`; the
-callback :class:`KeepIntactState` keeps the staged files as Tune saves them, before it uploads
-them, and ``tuner.pkl`` as the sweep starts). Every read and write goes through the sweep's
-:class:`~orchestration.experiment.folder.SweepFolder`, with its retries.
+with cloudpickle: whoever can write the storage could put code there. So each is sealed from
+the bytes the driver itself wrote, with an HMAC-SHA256 under this user's key
+(:mod:`orchestration.data.state_key`), and kept in ``.linc-intact/`` of the sweep's folder
+(:class:`StateKeeper`; the Tune callback
+:class:`~orchestration.experiment.callbacks.KeepIntactState` keeps the staged files as Tune saves
+them, before it uploads them, and ``tuner.pkl`` as the sweep starts). A :class:`Seal` (a JSON
+file beside the copies it vouches for) maps each file name to its newest :data:`KEPT_DIGESTS`
+digests; its ``key_id`` names the key (an HMAC of a constant, which reveals nothing of it), so
+that a seal made with another key is named as such.
 
-Before a re-run restores, :func:`check_state` verifies each file Tune may read (every
-``.json``/``.pkl`` at the top of the folder): one its seal accepts is read; one cut short or
-matching no seal is put back from its copy when the seal accepts that (one warning); any other
-stops the re-run in one line, nothing of it read (a ``SweepRefused``): changed outside
-this driver, sealed with another key (a moved sweep: set ``LINC_STATE_KEY``), or with no seal
-(written before linc sealed its state: ``cluster.trust_unsealed_state=true`` once accepts and
-seals it). An older state is safe to resume from: each trial restores its own newest intact
-checkpoint, and a state naming checkpoints since deleted is tolerated
-(:mod:`orchestration.experiment.ray_compat`, whose ``restore_tuner`` is the one restore of a
-sweep).
+Before a sweep starts, :func:`check_state` reads the folder once (every ``.json``/``.pkl`` at
+its top and the kept copies), decides, and writes once. A file its seal accepts is left to
+Tune; one cut short or matching no seal is put back from its copy when the seal accepts that
+(one warning); any other stops the re-run in one line, nothing of it read (a
+``SweepRefused``): changed outside this driver, sealed with another key (a moved sweep: set
+``LINC_STATE_KEY``), or with no seal (written before linc sealed its state:
+``cluster.trust_unsealed_state=true`` once accepts and seals it). An older state is safe to
+resume from: each trial restores its own newest intact checkpoint, and a state naming
+checkpoints since deleted is tolerated (:mod:`orchestration.experiment.ray_compat`, whose
+``restore_tuner`` is the one restore of a sweep).
 
 A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (read with
 :mod:`pickletools`, which executes nothing).
@@ -29,37 +32,82 @@ A file is intact when it parses: JSON to its end, a pickle to its STOP opcode (r
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
 import logging
 import pickletools
-import time
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from ray import tune
-
-from orchestration.data.seal import (
-    KEEP_FOLDER,
-    KEY_VARIABLE,
-    SEAL_FILE,
-    Seal,
-    key_id,
-    parse_seal,
-    seal_digest,
-    state_key,
-)
+from orchestration.data.state_key import KEY_VARIABLE, key_id, state_key
 from orchestration.experiment.folder import SweepFolder
 from orchestration.failures import SweepRefused
 
 logger = logging.getLogger(__name__)
 
-TUNER_FILE = "tuner.pkl"
-TRUST_SETTING = ("cluster", "trust_unsealed_state")
+TUNER_FILE = "tuner.pkl"  # Tune restores an experiment whose folder holds it (Tuner.can_restore)
+KEEP_FOLDER = ".linc-intact"  # in a sweep's folder: the seal and the copies it vouches for
+SEAL_FILE = "seal.json"
+# The newest digests kept per file: Tune uploads its state in the background, so storage may
+# hold a version or two behind the newest the driver sealed.
+KEPT_DIGESTS = 4
 # linc's own files in the sweep's folder (JSON, written atomically) and hidden files (Ray's
 # empty storage marker, the kept copies) are not Tune's state; Tune reads no other suffix.
 NOT_STATE_PREFIXES = ("linc_", ".")
 STATE_SUFFIXES = (".json", ".pkl")
+
+
+def seal_digest(key: bytes, label: str, content: bytes) -> str:
+    """The HMAC-SHA256 (hex) of ``content`` under ``key``, bound to ``label`` (the file's place:
+    a sweep's folder name and the file's name), so one file's seal does not vouch for another."""
+    mac = hmac.new(key, label.encode() + b"\0", hashlib.sha256)
+    mac.update(content)
+    return mac.hexdigest()
+
+
+@dataclass
+class Seal:
+    """Digests of the files a driver wrote: ``files`` maps a name to its newest digests, newest
+    first; ``key_id`` names the key that made them."""
+
+    key_id: str
+    files: dict[str, list[str]] = field(default_factory=dict)
+
+    def accepts(self, key: bytes, label: str, name: str, content: bytes) -> bool:
+        """Whether ``content`` is a version of ``name`` sealed with ``key``."""
+        digest = seal_digest(key, label, content)
+        return any(hmac.compare_digest(digest, kept) for kept in self.files.get(name, ()))
+
+    def add(self, key: bytes, label: str, name: str, content: bytes) -> bool:
+        """Seal ``content`` as the newest version of ``name``; False when it already was."""
+        digest = seal_digest(key, label, content)
+        kept = self.files.get(name, [])
+        if kept[:1] == [digest]:
+            return False
+        self.files[name] = [digest, *(d for d in kept if d != digest)][:KEPT_DIGESTS]
+        return True
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": 1, "key_id": self.key_id, "files": self.files}).encode()
+
+
+def parse_seal(content: bytes | None) -> Seal | None:
+    """The seal in ``content``; None when there is none. One that does not parse as a seal (cut
+    short, or not one) is an empty seal of no key: every file then fails to verify."""
+    if content is None:
+        return None
+    try:
+        values = json.loads(content)
+        files = {
+            str(name): [str(d) for d in digests][:KEPT_DIGESTS]
+            for name, digests in values["files"].items()
+            if isinstance(digests, list)
+        }
+        return Seal(str(values["key_id"]), files)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Seal("unreadable")
 
 
 def is_intact(content: bytes) -> bool:
@@ -81,26 +129,6 @@ def is_intact(content: bytes) -> bool:
 def is_state_file(name: str) -> bool:
     """Whether a file at the top of a sweep's folder is one Tune may read back."""
     return name.endswith(STATE_SUFFIXES) and not name.startswith(NOT_STATE_PREFIXES)
-
-
-def without_driver_settings(param_space: dict[str, Any]) -> dict[str, Any]:
-    """``param_space`` without the settings of one re-run of the driver
-    (``cluster.trust_unsealed_state``): not the sweep's, so not in what Tune keeps (a sweep
-    begun before such a setting existed restores with the same keys)."""
-    section, key = TRUST_SETTING
-    if key not in (param_space.get(section) or {}):
-        return param_space
-    return param_space | {section: {k: v for k, v in param_space[section].items() if k != key}}
-
-
-def _state_files(folder: SweepFolder) -> list[str]:
-    import pyarrow.fs as pafs
-
-    return [
-        info.base_name
-        for info in folder.listing()
-        if info.type == pafs.FileType.File and is_state_file(info.base_name)
-    ]
 
 
 class StateKeeper:
@@ -172,65 +200,104 @@ def keep_intact(
     return added
 
 
+@dataclass(frozen=True)
+class CheckedState:
+    """Tune's state in one experiment's folder, checked before anything of it is read.
+
+    Attributes:
+        folder: the experiment's folder.
+        restoring: whether Tune restores the experiment saved there (False: a new one).
+        keeper: the folder's seal and intact copies, for the callback that keeps them.
+        files: the state files checked, which Tune restores from: this driver did not write
+            them, so they are never sealed again.
+        put_back: the files put back from their sealed copies.
+    """
+
+    folder: SweepFolder
+    restoring: bool
+    keeper: StateKeeper
+    files: frozenset[str] = frozenset()
+    put_back: tuple[str, ...] = ()
+
+
 def check_state(
-    folder: SweepFolder, restore: bool = True, trust_unsealed: bool = False
-) -> list[str]:
-    """Verify Tune's state files in ``folder`` against their seal before anything reads them
-    (``restore`` False, a new sweep: only this user's key); put back from its sealed copy each
-    one that is cut short or matches no seal (one warning each). With ``trust_unsealed``, a file
-    that has no seal at all is accepted and sealed (its intact copy if it is cut short). Returns
-    the names put back.
+    folder: SweepFolder, resume: bool = True, trust_unsealed: bool = False
+) -> CheckedState:
+    """Check Tune's state in ``folder`` against its seal before anything reads it (``resume``
+    False, a new experiment: only this user's key): one read of the folder and its kept copies,
+    the decisions, one write. A file cut short or matching no seal is put back from its sealed
+    copy (one warning each). With ``trust_unsealed``, a file that has no seal at all is accepted
+    and sealed (its intact copy if it is cut short).
 
     Raises:
         SweepRefused: a file neither it nor its copy passes (one line; nothing read), or this
             user's key cannot be had safely.
+        StorageUnavailableError: the storage failed every try.
     """
-    key = state_key()
-    if not restore:
-        return []
+    key = state_key()  # a key that cannot be had safely stops even a new sweep
     keeper = StateKeeper(folder)
-    found = keeper.read_seal()
+    where = folder.uri()  # how messages name the folder
+    saved = folder.read_all(is_state_file, also=KEEP_FOLDER) if resume else {}
+    state = {name: content for name, content in saved.items() if "/" not in name}
+    if TUNER_FILE not in state:  # nothing Tune would restore: a new experiment
+        return CheckedState(folder, False, keeper)
+    writes, told, put_back = _verify(where, keeper.label, key, saved, trust_unsealed)
+    folder.write_all(writes)
+    for message in told:
+        logger.warning("%s", message)
+    return CheckedState(folder, True, keeper, frozenset(state), tuple(put_back))
+
+
+def _verify(
+    where: str, label: str, key: bytes, saved: dict[str, bytes], trust_unsealed: bool
+) -> tuple[dict[str, bytes], list[str], list[str]]:
+    """The decisions of :func:`check_state` on the bytes ``saved`` (state files by name, kept
+    files as ``.linc-intact/NAME``) of the folder at ``where`` (its seals' ``label``), reading
+    and writing nothing: what to write, the warnings, the names put back."""
+    found = parse_seal(saved.get(f"{KEEP_FOLDER}/{SEAL_FILE}"))
     seal = found or Seal(key_id(key))
     ours = seal.key_id == key_id(key)
-    put_back, trusted = [], {}
-    for name in _state_files(folder):
-        content = folder.read(name) or b""
-        if ours and seal.accepts(key, keeper.label, name, content):
+    writes: dict[str, bytes] = {}
+    told, put_back, trusted = [], [], {}
+    for name, content in sorted((n, c) for n, c in saved.items() if "/" not in n):
+        if ours and seal.accepts(key, label, name, content):
             continue
-        copy = keeper.kept.read(name)
-        if copy is not None and ours and seal.accepts(key, keeper.label, name, copy):
-            _put_back(keeper, name, content, copy)
+        copy = saved.get(f"{KEEP_FOLDER}/{name}")
+        if copy is not None and ours and seal.accepts(key, label, name, copy):
+            writes[name] = copy
+            told.append(_put_back(where, name, content, copy))
             put_back.append(name)
         elif trust_unsealed and ours and name not in seal.files:
             if not is_intact(content) and copy is not None and is_intact(copy):
-                _put_back(keeper, name, content, copy)
+                writes[name] = copy
+                told.append(_put_back(where, name, content, copy))
                 content = copy
             if is_intact(content):
                 trusted[name] = content
         else:
-            refusal = _refusal(folder.uri(name), content, found, name in seal.files, key)
+            refusal = _refusal(f"{where}/{name}", content, found, name in seal.files, key)
             raise SweepRefused(refusal)
-    if trusted:
-        keeper.keep(trusted)
-        logger.warning(
-            "Tune's saved state %s had no seal (cluster.trust_unsealed_state): accepted as it "
-            "is and sealed now: %s",
-            folder.uri(),
-            ", ".join(sorted(trusted)),
+    if trusted:  # the seal first, then the copies it vouches for
+        for name, content in trusted.items():
+            seal.add(key, label, name, content)
+        kept = {f"{KEEP_FOLDER}/{name}": content for name, content in trusted.items()}
+        writes = {f"{KEEP_FOLDER}/{SEAL_FILE}": seal.to_json()} | kept | writes
+        told.append(
+            f"Tune's saved state {where} had no seal (cluster.trust_unsealed_state): "
+            f"accepted as it is and sealed now: {', '.join(sorted(trusted))}"
         )
-    return put_back
+    return writes, told, put_back
 
 
-def _put_back(keeper: StateKeeper, name: str, content: bytes, copy: bytes) -> None:
-    keeper.folder.write(name, copy)
+def _put_back(where: str, name: str, content: bytes, copy: bytes) -> str:
     if is_intact(content):
         what = f"matches none of its seals ({len(content)} bytes; changed outside this driver, "
         what += "or its seal could not be written)"
     else:
         what = f"was damaged (cut short, {len(content)} bytes; the storage filled up while it "
         what += "was written)"
-    told = f"Tune's saved state {keeper.folder.uri(name)} {what}: put back its last intact copy"
-    logger.warning("%s (%d bytes) from %s", told, len(copy), keeper.kept.uri(name))
+    told = f"Tune's saved state {where}/{name} {what}: put back its last intact copy"
+    return f"{told} ({len(copy)} bytes) from {where}/{KEEP_FOLDER}/{name}"
 
 
 def _refusal(path: str, content: bytes, found: Seal | None, name_sealed: bool, key: bytes) -> str:
@@ -255,86 +322,18 @@ def _refusal(path: str, content: bytes, found: Seal | None, name_sealed: bool, k
     return f"{said} {why}"
 
 
-class KeepIntactState(tune.Callback):
-    """Seals and keeps Tune's state as Tune saves it: ``tuner.pkl`` when a new sweep starts,
-    the staged state files in :meth:`get_state` (which Tune calls right after saving them in
-    its staging folder and before uploading them) and every ``period_s`` seconds of the
-    driver's loop. A failure to write (the storage full, S3 away) is left for the next time.
-
-    ``restored``: a restored sweep, made after :func:`check_state`: the state files Tune
-    restores from are checked, not written, by this driver, so one changed since is not
-    vouched for (never sealed), and ``tuner.pkl`` is not sealed again.
-    """
-
-    def __init__(self, folder: SweepFolder, restored: bool = False, period_s: float = 10.0):
-        state_key()  # a key that cannot be had safely stops the sweep before it starts
-        self.keeper = StateKeeper(folder)
-        self.downloaded = frozenset(_state_files(folder)) if restored else None
-        self.period_s = period_s
-        self._seen: dict[str, Any] = {}
-        self._next = 0.0
-        self._staging: str | None = None
-
-    def setup(self, **info: Any) -> None:
-        if self.downloaded is not None:  # tuner.pkl was checked before the restore
-            return
-        try:  # written by Tune moments ago, before any trial ran
-            content = self.keeper.folder.read(TUNER_FILE)
-            if content is not None and is_intact(content):
-                self.keeper.keep({TUNER_FILE: content})
-        except OSError as err:
-            logger.warning("could not seal %s: %s", self.keeper.folder.uri(TUNER_FILE), err)
-
-    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        if self._staging is None and trials:
-            self._staging = trials[0].storage.experiment_driver_staging_path
-
-    def get_state(self) -> None:  # None: nothing for Tune to save (no callback-states file)
-        self._keep()
-
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self.on_step_begin(iteration, trials)
-        now = time.monotonic()
-        if now >= self._next:
-            self._keep()
-            self._next = now + self.period_s
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self.on_step_begin(0, trials)  # a restored sweep that had nothing left to run
-        self._keep()
-
-    def _keep(self) -> None:
-        staging = self._staging or _newest_staging(self.keeper.folder.name)
-        if staging is None:
-            return
-        try:
-            keep_intact(self.keeper, self._seen, staging, skip=self.downloaded or frozenset())
-        except OSError as err:
-            where = self.keeper.folder.uri()
-            logger.debug("could not keep Tune's state of %s intact this time: %s", where, err)
-
-
-def _newest_staging(name: str) -> str | None:
-    """The driver's staging folder of experiment ``name`` this Ray session (the newest, when a
-    process ran it twice), before any trial could name it: Tune's first save."""
-    from ray.train.constants import _get_ray_train_session_dir
-
-    try:
-        states = Path(_get_ray_train_session_dir()).glob(f"*/{name}/driver_artifacts/*.json")
-        newest = max(states, key=lambda p: p.stat().st_mtime_ns, default=None)
-    except (OSError, AssertionError):
-        return None
-    return None if newest is None else str(newest.parent)
-
-
 __all__ = [
     "KEEP_FOLDER",
+    "KEPT_DIGESTS",
     "SEAL_FILE",
-    "KeepIntactState",
+    "TUNER_FILE",
+    "CheckedState",
+    "Seal",
     "StateKeeper",
     "check_state",
     "is_intact",
     "is_state_file",
     "keep_intact",
-    "without_driver_settings",
+    "parse_seal",
+    "seal_digest",
 ]

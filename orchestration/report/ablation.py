@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from linc_core.metrics import (
     EPOCH,
     EVAL_COST,
     EVAL_INFEASIBLE,
-    GAP_VS_VARIANT_PCT,
     NUM_PARAMETERS,
     TRAIN_BEST_COST,
     VALIDATION_COST,
@@ -43,11 +41,6 @@ from orchestration.report.statistics import (
     paired_gap_pct,
     variant_statistics,
 )
-
-if TYPE_CHECKING:
-    from orchestration.tracking.target import TrackingTarget
-
-logger = logging.getLogger(__name__)
 
 EVALUATION_ROWS = "evaluation_rows.csv"
 EVALUATION_SUMMARY = "evaluation_summary.json"
@@ -293,61 +286,7 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
     return files | {name: chart.png for name, chart in charts.items()}
 
 
-def log_ablation_report(parent: Any, tracking: TrackingTarget, compare_to: str | None) -> None:
-    """Write the report of the trial runs under the sweep's ``parent`` run (a
-    :class:`~orchestration.tracking.writer.RunWriter`) onto it as artifacts (:func:`report_files`),
-    and each trial run's paired gap to ``compare_to`` of its seed as its ``gap_vs_variant_pct``
-    metric (tag ``gap_vs_variant``: which variant; the evaluation's gaps to strong solutions
-    are ``eval_gap_pyvrp_pct`` and, per instance, ``gap_bks_pct``)
-    (:func:`trial_gaps`). ``tracking`` is the sweep's store and experiment. A store that does
-    not answer costs the report, with a warning naming the command that rebuilds it, never the
-    sweep."""
-
-    def build(client: Any, runs: list) -> dict[str, bytes]:
-        data = collect(client, run_rows(runs))
-        compare = compare_to if compare_to in data.costs else None
-        files = report_files(data, compare)
-        for run_id, gap in trial_gaps(data, compare).items():
-            client.log_metric(run_id, GAP_VS_VARIANT_PCT, gap)
-            client.set_tag(run_id, "gap_vs_variant", compare)
-        return files
-
-    log_derived_report(parent, tracking, ("ablation report", "ablation"), build)
-
-
-def log_derived_report(
-    parent: Any,
-    tracking: TrackingTarget,
-    names: tuple[str, str],
-    build: Callable[[Any, list], dict[str, bytes]],
-) -> None:
-    """Log the files ``build(client, finished trial runs)`` returns under ``report/`` of the
-    sweep's ``parent`` run. A store that does not answer costs the report, with a warning naming
-    the command that rebuilds it (``names``: what the report is, its ``linc-report``
-    subcommand), never the sweep."""
-    what, command = names
-    client = tracking.client()
-    try:
-        runs = finished_trial_runs(client, tracking.experiment, parent_run_id=parent.run_id)
-        files = build(client, runs)
-    except Exception as err:  # noqa: BLE001 - the report is derived; the runs hold the data
-        logger.warning(
-            "%s not logged on run %s (%s); rebuild it with: linc-report %s "
-            "--tracking-uri %s --experiment %s --out DIR",
-            what,
-            parent.run_id,
-            " ".join(str(err).split())[:200],
-            command,
-            tracking.shown_uri,
-            tracking.experiment,
-        )
-        return
-    for name, content in files.items():
-        parent.log_bytes(content, f"report/{name}")
-
-
 __all__ = [
-    "log_derived_report",
     "EVALUATION_ROWS",
     "EVALUATION_SUMMARY",
     "AblationData",
@@ -355,7 +294,6 @@ __all__ = [
     "collect",
     "evaluation_costs",
     "finished_trial_runs",
-    "log_ablation_report",
     "report_charts",
     "report_files",
     "run_rows",

@@ -340,21 +340,8 @@ def main_report_files(
     return files
 
 
-def log_main_report(parent: Any, tracking: Any, compare_to: str | None) -> None:
-    """The main table and the time-to-quality figure of the trial runs under the sweep's
-    ``parent`` run (a ``RunWriter``), logged on it under ``report/``; a store that does not
-    answer costs the report (a warning naming the command that rebuilds it), never the sweep."""
-    from orchestration.report.ablation import log_derived_report
-
-    def build(client: Any, runs: list) -> dict[str, bytes]:
-        return main_report_files(client, runs, compare_to)
-
-    log_derived_report(parent, tracking, ("main table", "main"), build)
-
-
 __all__ = [
     "MainData",
-    "log_main_report",
     "main_report_files",
     "MethodRow",
     "budget_caption",

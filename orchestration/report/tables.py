@@ -1,16 +1,44 @@
 """The sweeps' tables from their result rows: the paper-shaped ablation table.
 
 A row is a trial's ``{"variant", "seed", "eval_cost", "eval_infeasible", "seconds", ...}``, from
-a finished Tune experiment (``orchestration.experiment``) or from MLflow runs
-(``linc-report``); nothing here needs Ray.
+a finished Tune experiment (:func:`result_row`) or from MLflow runs (``linc-report``); nothing
+here needs Ray.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from linc_core.metrics import EVAL_COST, EVAL_INFEASIBLE
+from linc_core.metrics import (
+    EPOCH,
+    EVAL_COST,
+    EVAL_INFEASIBLE,
+    PEAK_RSS_GB,
+    TRAIN_BEST_COST,
+    VALIDATION_COST,
+)
 from linc_core.presets import PRESETS
+from orchestration.config.platform import dotted_get
+from orchestration.failures import one_line
+
+
+def result_row(result: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A trial's row of a sweep's table: its variant, seed, metrics, error and ``keys``."""
+    config = result.config or {}
+    metrics = result.metrics or {}
+    return {
+        "variant": config.get("model", {}).get("variant"),
+        "seed": config.get("train", {}).get("seed"),
+        EVAL_COST: metrics.get(EVAL_COST),
+        EVAL_INFEASIBLE: metrics.get(EVAL_INFEASIBLE),
+        VALIDATION_COST: metrics.get(VALIDATION_COST),
+        TRAIN_BEST_COST: metrics.get(TRAIN_BEST_COST),
+        "epochs": metrics.get(EPOCH),
+        "seconds": metrics.get("time_total_s"),
+        PEAK_RSS_GB: metrics.get(PEAK_RSS_GB),
+        "error": None if result.error is None else one_line(result.error),
+        "config": {key: dotted_get(config, key) for key in keys},
+    }
 
 
 def aggregate_rows(rows: list[dict[str, Any]], compare_to: str | None) -> list[dict[str, Any]]:
@@ -61,4 +89,4 @@ def ablation_table(rows: list[dict[str, Any]], compare_to: str | None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ablation_table", "aggregate_rows"]
+__all__ = ["ablation_table", "aggregate_rows", "result_row"]

@@ -161,7 +161,7 @@ class SweepRuns:
         timeout_s: float,
         texts: dict[str, str] | None = None,
         metrics: dict[str, float] | None = None,
-        report: Callable[[], None] | None = None,
+        report: Callable[[SweepRuns], None] | None = None,
         register: str | None = None,
         description: str | None = None,
     ) -> str | None:
@@ -179,7 +179,7 @@ class SweepRuns:
         self._settle_running(children, results, status == "KILLED", timeout_s)
         self._tag_checkpoints(children, results)
         if report is not None:
-            report()
+            report(self)
         self._summarize(results, children)
         model = None
         if register and status != "KILLED":

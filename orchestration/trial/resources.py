@@ -9,7 +9,7 @@ variants differ). A trial the memory monitor kills anyway is a failed trial (Ray
 ``OutOfMemoryError``), retried per ``cluster.max_failures`` like any other failure. A trial
 that reserves GPUs trains on the one Ray gives it (fractions share a GPU); in a process
 without CUDA it stops at once, naming the settings (:func:`check_device`). What happens when no
-node can place a trial is the driver's: :mod:`orchestration.experiment.stopping`.
+node can place a trial is the driver's: :mod:`orchestration.experiment.callbacks`.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def test_a_rerun_reopens_its_parent_only_in_its_own_store_and_folder(tmp_path):
     copy = copy_runs.parent
     assert copy.run_id != first_id
     assert copy.close(30)
-    # re-opened by `moved`, but RUNNING again only once Tune restores the sweep (Sweep.fit)
+    # re-opened by `moved`, but RUNNING again only once Tune restores the sweep (Sweep.run_trials)
     assert parent_runs(moved_plan.tracking.uri)[first_id] == "FINISHED"
 
 

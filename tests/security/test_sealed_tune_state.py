@@ -219,7 +219,7 @@ def test_the_seal_holds_on_s3(monkeypatch) -> None:
             pafs.copy_files(staging, folder, destination_filesystem=filesystem)  # Tune's upload
         with filesystem.open_output_stream(f"{folder}/tuner.pkl") as out:
             out.write(b"\x80\x05junk")
-        assert check_state(keeper.folder) == ["tuner.pkl"]
+        assert check_state(keeper.folder).put_back == ("tuner.pkl",)
         for path in (f"{folder}/tuner.pkl", f"{folder}/.linc-intact/tuner.pkl"):
             with filesystem.open_output_stream(path) as out:
                 out.write(ray.cloudpickle.dumps({"a": 2}))

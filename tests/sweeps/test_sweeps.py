@@ -238,7 +238,7 @@ def test_a_reused_process_reports_each_trial_its_own_peak_memory(ray_session, tm
     config = smoke(tmp_path, "train.epochs=2", "cluster.max_concurrent_trials=1")
     space = config.with_values(**{"fault.memory_spike_gb": tune.grid_search([0.5, None])})
     with Sweep(config, {"name": "peaks", "kind": "train"}) as sweep:
-        results = sweep.fit(space)
+        results = sweep.run_trials(space)
     trials = sorted(results, key=lambda r: r.metrics["trial_id"])  # creation order
     spiked, plain = (r.metrics for r in trials)
     assert [r.config["fault"]["memory_spike_gb"] for r in trials] == [0.5, None]
@@ -259,7 +259,7 @@ def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(
     newer = dict(config.raw) | {"added_setting": 1}
     changed = pytest.raises(SweepRefused, match=r"only in this version: \['added_setting'\]")
     with changed, Sweep(config, {"name": "versions", "kind": "train"}) as sweep:
-        sweep.fit(newer)
+        sweep.run_trials(newer)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
 

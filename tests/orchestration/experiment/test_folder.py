@@ -127,3 +127,34 @@ def test_one_policy_for_every_read_and_write(tmp_path: Path, monkeypatch) -> Non
     assert len(tries) == 2  # three tries, two waits between them
     told = str(failed.value)
     assert told.startswith(f"could not read {tmp_path / 'sweep' / 'state.json'} after 3 attempts")
+
+
+def _read_all_and_write_all(folder: SweepFolder) -> None:
+    """A folder's chosen files and its kept subfolder's, in one read; several files, in one
+    write, their folders created."""
+    assert folder.read_all(lambda name: True, also="kept") == {}  # not there: nothing
+    folder.write_all({"kept/seal.json": b"{}", "a.json": b"1", "b.pkl": b"\x80", "c.txt": b""})
+    folder.write_all({})  # nothing to write: nothing done
+    folder.write("trial_000/result.json", b"{}")  # a folder's files are not the folder's
+    chosen = folder.read_all(lambda name: name.endswith((".json", ".pkl")), also="kept")
+    assert chosen == {"a.json": b"1", "b.pkl": b"\x80", "kept/seal.json": b"{}"}
+    assert folder.read_all(lambda name: name == "c.txt") == {"c.txt": b""}
+    folder.write_all({"a.json": b"2"})  # atomic, over the old
+    assert folder.read("a.json") == b"2"
+
+
+def test_read_all_and_write_all_locally_and_on_s3(tmp_path: Path, monkeypatch) -> None:
+    _read_all_and_write_all(SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "sweep")))
+    server = S3Server().start()
+    try:
+        filesystem, root = open_filesystem(server.uri("tune"))
+        _read_all_and_write_all(SweepFolder(filesystem, f"{root}/sweep"))
+    finally:
+        server.stop()
+    # a storage that keeps failing: one error naming the folder, after the one policy's tries
+    monkeypatch.setattr(folder_module, "ATTEMPTS", 2)
+    monkeypatch.setattr("orchestration.data.storage.time.sleep", lambda s: None)
+    blocked = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "file"))
+    (tmp_path / "file").write_text("a file where the folder should be")
+    with pytest.raises(StorageUnavailableError, match="could not write .*file after 2"):
+        blocked.write_all({"a.json": b"1"})

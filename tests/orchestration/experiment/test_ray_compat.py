@@ -199,7 +199,7 @@ def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
         assert rays  # the state of Ray 2.60 this mends
         console = io.StringIO()  # linc's own console handler (the bare line)
         root.addHandler(logging.StreamHandler(console))
-        driver = logging.getLogger("orchestration.experiment.stopping")
+        driver = logging.getLogger("orchestration.experiment.callbacks")
         driver.warning("SIGTERM: stopping the sweep")
         assert " -- SIGTERM: stopping the sweep" in capsys.readouterr().err  # Ray's copy
         drop_ray_root_handler()

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.experiment.folder import SweepFolder
-from orchestration.experiment.sweep import Sweep
+from orchestration.experiment.sweep import Sweep, tune_space
 from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
 from tests.conftest import sweep_env
@@ -53,8 +53,23 @@ def test_a_sweep_another_driver_holds_is_refused_before_anything_of_it(tmp_path)
     try:
         refused = pytest.raises(SweepRefused, match="s: another driver is running this sweep")
         with refused, Sweep(config, {"name": "s", "kind": "train"}) as sweep:
-            sweep.fit(config.raw)
+            sweep.run_trials(config.raw)
     finally:
         held.release()
     assert folder.record() is None  # no parent run opened, nothing recorded
     assert sorted(p.name for p in (tmp_path / "runs" / "s").iterdir()) == []
+
+
+def test_tune_keeps_the_sweeps_settings_masked_and_not_one_runs_trust() -> None:
+    """What Tune keeps: a password masked, and no ``cluster.trust_unsealed_state`` (one run's
+    setting: a sweep restores with the keys it began with); the caller's space is untouched."""
+    space = {
+        "cluster": {"max_failures": 2, "trust_unsealed_state": True},
+        "tracking": {"uri": "postgresql://linc:hunter2-secret@db/mlflow"},
+        "train": {"lr": 1},
+    }
+    kept = tune_space(space)
+    assert kept["cluster"] == {"max_failures": 2} and kept["train"] == {"lr": 1}
+    assert "hunter2-secret" not in repr(kept)
+    assert space["cluster"]["trust_unsealed_state"] is True  # a copy
+    assert tune_space({"train": {}}) == {"train": {}}

@@ -1,6 +1,6 @@
-"""orchestration.experiment.tune_state and orchestration.data.seal: Tune's saved state is sealed
-by the driver that wrote it; a re-run reads a state file only when its seal holds, puts back a
-cut or changed one from its sealed copy, and refuses any other in one line."""
+"""orchestration.experiment.tune_state and orchestration.data.state_key: Tune's saved state is
+sealed by the driver that wrote it; a re-run reads a state file only when its seal holds, puts
+back a cut or changed one from its sealed copy, and refuses any other in one line."""
 
 from __future__ import annotations
 
@@ -14,24 +14,19 @@ import pyarrow.fs as pafs
 import pytest
 
 from linc_core.utils.secrets import redact
-from orchestration.data.seal import (
-    KEPT_DIGESTS,
-    KEY_VARIABLE,
-    Seal,
-    key_file,
-    key_id,
-    seal_digest,
-    state_key,
-)
+from orchestration.data.state_key import KEY_VARIABLE, key_file, key_id, state_key
 from orchestration.experiment.folder import SweepFolder
 from orchestration.experiment.tune_state import (
     KEEP_FOLDER,
+    KEPT_DIGESTS,
     SEAL_FILE,
+    TUNER_FILE,
+    Seal,
     StateKeeper,
     check_state,
     is_intact,
     keep_intact,
-    without_driver_settings,
+    seal_digest,
 )
 from orchestration.failures import SweepRefused
 
@@ -41,6 +36,7 @@ SEARCHER_NAME = "basic-variant-state-2026-11-25_02-50-57.json"
 EXPERIMENT_NAME = "experiment_state-2026-11-25_02-50-57.json"
 KEY_A = "a1" * 32
 KEY_B = "b2" * 32
+TUNER = pickle.dumps({"tuner": "the sweep's"}, protocol=5)
 
 
 @pytest.fixture(autouse=True)
@@ -88,37 +84,42 @@ def test_a_seal_vouches_for_its_bytes_name_and_sweep_under_its_key_only():
 
 
 def test_a_cut_state_file_is_put_back_from_its_sealed_copy(tmp_path, caplog):
-    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT))
+    folder, keeper = sweep(
+        tmp_path, (TUNER_FILE, TUNER), (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT)
+    )
     (folder / "linc_lease.json").write_bytes(b"{")  # linc's own: never Tune's state
     (folder / ".validate_storage_marker").write_bytes(b"")  # Ray's empty marker
     (folder / "notes.txt").write_bytes(b"{")  # no suffix Tune reads
     seen: dict = {}
-    assert sorted(keep_intact(keeper, seen)) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
+    assert sorted(keep_intact(keeper, seen)) == sorted([SEARCHER_NAME, EXPERIMENT_NAME, TUNER_FILE])
     assert keep_intact(keeper, seen) == []  # unchanged: nothing read again
     seal = json.loads((folder / KEEP_FOLDER / SEAL_FILE).read_bytes())
-    assert set(seal["files"]) == {SEARCHER_NAME, EXPERIMENT_NAME}
+    assert set(seal["files"]) == {SEARCHER_NAME, EXPERIMENT_NAME, TUNER_FILE}
     # the storage fills up while Tune copies its state: one file emptied, one cut in half
     (folder / SEARCHER_NAME).write_bytes(b"")
     (folder / EXPERIMENT_NAME).write_bytes(EXPERIMENT[:10])
     assert keep_intact(keeper, seen) == []  # damaged copies are never sealed
     assert (folder / KEEP_FOLDER / SEARCHER_NAME).read_bytes() == SEARCHER
     with caplog.at_level(logging.WARNING):
-        put_back = check_state(keeper.folder)
-    assert sorted(put_back) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
+        state = check_state(keeper.folder)
+    assert state.restoring and state.files == {SEARCHER_NAME, EXPERIMENT_NAME, TUNER_FILE}
+    assert sorted(state.put_back) == sorted([SEARCHER_NAME, EXPERIMENT_NAME])
     assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
     assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT
     told = [r.getMessage() for r in caplog.records]
     assert len(told) == 2 and all("put back its last intact copy" in m for m in told)
     assert any(f"{folder / SEARCHER_NAME} was damaged (cut short, 0 bytes" in m for m in told)
-    assert check_state(keeper.folder) == []  # nothing left to mend
+    assert check_state(keeper.folder).put_back == ()  # nothing left to mend
 
 
 def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused(tmp_path):
-    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT))
+    folder, keeper = sweep(
+        tmp_path, (TUNER_FILE, TUNER), (SEARCHER_NAME, SEARCHER), (EXPERIMENT_NAME, EXPERIMENT)
+    )
     keep_intact(keeper, {})
     forged = pickle.dumps({"_finished": False}, protocol=5)
     (folder / SEARCHER_NAME).write_bytes(forged)
-    assert check_state(keeper.folder) == [SEARCHER_NAME]
+    assert check_state(keeper.folder).put_back == (SEARCHER_NAME,)
     assert (folder / SEARCHER_NAME).read_bytes() == SEARCHER
     for place in (folder / SEARCHER_NAME, folder / KEEP_FOLDER / SEARCHER_NAME):
         place.write_bytes(forged)
@@ -136,7 +137,7 @@ def test_a_changed_state_file_is_put_back_and_one_whose_copy_changed_too_refused
 
 
 def test_the_driver_seals_what_it_wrote_not_what_tune_downloaded_to_restore(tmp_path):
-    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, SEARCHER))
+    folder, keeper = sweep(tmp_path, (TUNER_FILE, TUNER), (SEARCHER_NAME, SEARCHER))
     staging = tmp_path / "driver_artifacts"
     staging.mkdir()
     (staging / SEARCHER_NAME).write_bytes(b'{"swapped": "after the check"}')  # storage's
@@ -163,7 +164,7 @@ def test_a_state_without_seal_is_refused_unless_trusted_once(tmp_path, caplog):
         check_state(keeper.folder, trust_unsealed=True)
     assert "accepted as it is and sealed now" in caplog.text
     assert (folder / EXPERIMENT_NAME).read_bytes() == EXPERIMENT  # its intact copy, not the cut
-    assert check_state(keeper.folder) == []  # sealed: no trust needed again
+    assert check_state(keeper.folder).put_back == ()  # sealed: no trust needed again
 
 
 def test_a_state_sealed_with_another_key_names_the_key_to_set(tmp_path, monkeypatch):
@@ -176,7 +177,27 @@ def test_a_state_sealed_with_another_key_names_the_key_to_set(tmp_path, monkeypa
         assert "was sealed with another key" in str(refused.value)
         assert f"set {KEY_VARIABLE} to the key of the host that wrote it" in str(refused.value)
     monkeypatch.setenv(KEY_VARIABLE, KEY_A)
-    assert check_state(keeper.folder) == []
+    assert check_state(keeper.folder).put_back == ()
+
+
+def test_a_folder_tune_cannot_restore_is_a_new_experiment_and_nothing_of_it_is_read(
+    tmp_path, monkeypatch
+):
+    """No ``tuner.pkl``: Tune starts a new experiment there and reads none of the old files,
+    so none is checked (not even a forged one) and the key is still required."""
+    forged = pickle.dumps({"_finished": False}, protocol=5)
+    folder, keeper = sweep(tmp_path, (SEARCHER_NAME, forged))
+    state = check_state(keeper.folder)
+    assert not state.restoring and state.files == frozenset() and state.put_back == ()
+    assert not (folder / KEEP_FOLDER).exists()  # nothing written
+    assert not check_state(keeper.folder, resume=False).restoring
+    (folder / TUNER_FILE).write_bytes(TUNER)  # now Tune would restore: the forgery is refused
+    with pytest.raises(SweepRefused, match=f"{SEARCHER_NAME} has no seal"):
+        check_state(keeper.folder)
+    assert not check_state(keeper.folder, resume=False).restoring  # a new sweep: not read
+    monkeypatch.setenv(KEY_VARIABLE, "short")
+    with pytest.raises(SweepRefused, match="is 5 bytes"):
+        check_state(keeper.folder, resume=False)
 
 
 def test_a_new_key_file_is_made_private_once_and_one_open_to_others_refused(monkeypatch):
@@ -214,10 +235,3 @@ def test_a_short_or_unmakeable_key_is_one_line(monkeypatch, tmp_path):
         monkeypatch.setenv("HOME", str(tmp_path / "file-home"))
     with pytest.raises(SweepRefused, match="cannot make the key .* set LINC_STATE_KEY"):
         state_key()
-
-
-def test_one_runs_trust_setting_is_not_kept_in_tunes_settings():
-    space = {"cluster": {"max_failures": 2, "trust_unsealed_state": True}, "train": {"lr": 1}}
-    assert without_driver_settings(space) == {"cluster": {"max_failures": 2}, "train": {"lr": 1}}
-    assert space["cluster"]["trust_unsealed_state"] is True  # a copy
-    assert without_driver_settings({"train": {}}) == {"train": {}}

@@ -111,10 +111,11 @@ def test_linc_report_without_a_store_refuses_and_creates_nothing(tmp_path, monke
 
 def test_a_report_the_store_cannot_give_costs_a_warning_not_the_sweep(tmp_path, caplog) -> None:
     """Both sweep reports (ablation, main table) go through log_derived_report: a store without
-    the sweep's experiment logs nothing and warns once, naming the command that rebuilds it."""
+    the sweep's parent run logs nothing and warns once each, naming the command that rebuilds
+    it."""
     from types import SimpleNamespace
 
-    from orchestration.report.main_table import log_main_report
+    from orchestration.report.sweep_report import log_sweep_report
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     logged: list[str] = []
@@ -123,9 +124,34 @@ def test_a_report_the_store_cannot_give_costs_a_warning_not_the_sweep(tmp_path, 
         client=lambda: MlflowClient(tracking_uri=uri), experiment="gone", shown_uri=uri
     )
     with caplog.at_level("WARNING"):
-        log_main_report(parent, tracking, "full_linc")
-    (record,) = [r for r in caplog.records if "not logged" in r.getMessage()]
-    message = record.getMessage()
-    assert message.startswith("main table not logged on run r1 (no MLflow experiment 'gone'")
-    assert f"rebuild it with: linc-report main --tracking-uri {uri} --experiment gone" in message
+        log_sweep_report(SimpleNamespace(parent=parent, tracking=tracking))
+    told = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]
+    assert [m.split(" (")[0] for m in told] == [
+        "ablation report not logged on run r1",
+        "main table not logged on run r1",
+    ]
+    for message, command in zip(told, ("ablation", "main"), strict=True):
+        assert "r1" in message.split(";")[0]  # the store's own words: no run r1
+        rebuild = f"rebuild it with: linc-report {command} --tracking-uri {uri} --experiment gone"
+        assert rebuild in message
     assert logged == []
+
+
+def test_linc_report_compares_to_the_variant_the_sweep_recorded(tmp_path) -> None:
+    """``--compare-to`` defaults to the sweep's own (its parent run's ``sweep.compare_to``, the
+    newest parent when it began anew), so the rebuilt report is the one the sweep logged."""
+    import time
+
+    from orchestration.report.sweep_report import recorded_compare_to
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("linc-main")
+    for compare_to in ("pomo", "polynet"):  # the newer parent run last
+        run = client.create_run(experiment, tags={"sweep": "main-cpu", "kind": "sweep"})
+        client.log_param(run.info.run_id, "sweep.compare_to", compare_to)
+        time.sleep(0.01)
+    trial = client.create_run(experiment, tags={"sweep": "main-cpu", "variant": "pomo"})
+    client.log_param(trial.info.run_id, "sweep.compare_to", "baseline")  # no parent: ignored
+    assert recorded_compare_to(client, "linc-main", "main-cpu") == "polynet"
+    assert recorded_compare_to(client, "linc-main", "other-sweep") is None
+    assert recorded_compare_to(client, "no-such-experiment", "main-cpu") is None

@@ -1,12 +1,12 @@
-"""Seals on shared storage: which files this user's driver wrote, told by an HMAC nobody else
-can make.
+"""The key that seals what this user's driver writes to shared storage: an HMAC key nobody
+else has.
 
 Whoever can write a sweep's storage can put a file there that a later reader unpickles (Ray
 Tune's saved state is cloudpickle: reading it runs code). A pickle cannot be made safe by
 allow-listing what it names (cloudpickle rebuilds a function from its code objects), so the
 defence is integrity: each file linc will read back is accepted only when its bytes carry a
-seal, an HMAC-SHA256 made with a secret key of this user (:func:`seal_digest`), computed from
-the bytes the driver itself wrote, never from what storage gives back later.
+seal, an HMAC-SHA256 made with this key from the bytes the driver itself wrote, never from what
+storage gives back later (:mod:`orchestration.experiment.tune_state`).
 
 The key (:func:`state_key`) is ``$LINC_STATE_KEY`` when set (hex of at least 16 bytes, or any
 text of at least 16 characters), else the per-user key file ``~/.config/linc/state.key``: 32
@@ -16,11 +16,6 @@ line. The key is never written to storage nor logged: it is learnt as a secret
 (:func:`~linc_core.utils.secrets.learn_secrets`), so any print of it is masked. A sweep moved to
 another host is resumed there with ``LINC_STATE_KEY`` set to the key (the file's text) of the
 host that wrote it.
-
-A :class:`Seal` (a JSON file beside the copies it vouches for, kept by
-:class:`~orchestration.experiment.tune_state.StateKeeper`) maps each file name to its
-newest :data:`KEPT_DIGESTS` digests; its ``key_id`` tells a key (an HMAC of a constant, which
-reveals nothing of the key) so that a seal made with another key is named as such.
 """
 
 from __future__ import annotations
@@ -28,25 +23,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from linc_core.utils.secrets import learn_secrets
 from orchestration.failures import SweepRefused
 
 KEY_VARIABLE = "LINC_STATE_KEY"
-KEEP_FOLDER = ".linc-intact"  # in a sweep's folder: the seal and the copies it vouches for
-SEAL_FILE = "seal.json"
 KEY_BYTES = 32  # a new key file's random bytes
 MIN_KEY_BYTES = 16
-# The newest digests kept per file: Tune uploads its state in the background, so storage may
-# hold a version or two behind the newest the driver sealed.
-KEPT_DIGESTS = 4
 _HEX_KEY = re.compile(r"(?:[0-9a-fA-F]{2}){16,}")
 
 
@@ -74,57 +62,6 @@ def state_key() -> bytes:
 def key_id(key: bytes) -> str:
     """A name of ``key`` that reveals nothing of it (16 hex digits)."""
     return hmac.new(key, b"linc state key id", hashlib.sha256).hexdigest()[:16]
-
-
-def seal_digest(key: bytes, label: str, content: bytes) -> str:
-    """The HMAC-SHA256 (hex) of ``content`` under ``key``, bound to ``label`` (the file's place:
-    a sweep's folder name and the file's name), so one file's seal does not vouch for another."""
-    mac = hmac.new(key, label.encode() + b"\0", hashlib.sha256)
-    mac.update(content)
-    return mac.hexdigest()
-
-
-@dataclass
-class Seal:
-    """Digests of the files a driver wrote: ``files`` maps a name to its newest digests, newest
-    first; ``key_id`` names the key that made them."""
-
-    key_id: str
-    files: dict[str, list[str]] = field(default_factory=dict)
-
-    def accepts(self, key: bytes, label: str, name: str, content: bytes) -> bool:
-        """Whether ``content`` is a version of ``name`` sealed with ``key``."""
-        digest = seal_digest(key, label, content)
-        return any(hmac.compare_digest(digest, kept) for kept in self.files.get(name, ()))
-
-    def add(self, key: bytes, label: str, name: str, content: bytes) -> bool:
-        """Seal ``content`` as the newest version of ``name``; False when it already was."""
-        digest = seal_digest(key, label, content)
-        kept = self.files.get(name, [])
-        if kept[:1] == [digest]:
-            return False
-        self.files[name] = [digest, *(d for d in kept if d != digest)][:KEPT_DIGESTS]
-        return True
-
-    def to_json(self) -> bytes:
-        return json.dumps({"version": 1, "key_id": self.key_id, "files": self.files}).encode()
-
-
-def parse_seal(content: bytes | None) -> Seal | None:
-    """The seal in ``content``; None when there is none. One that does not parse as a seal (cut
-    short, or not one) is an empty seal of no key: every file then fails to verify."""
-    if content is None:
-        return None
-    try:
-        values = json.loads(content)
-        files = {
-            str(name): [str(d) for d in digests][:KEPT_DIGESTS]
-            for name, digests in values["files"].items()
-            if isinstance(digests, list)
-        }
-        return Seal(str(values["key_id"]), files)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return Seal("unreadable")
 
 
 def _parse_key(text: str, source: str) -> bytes:
@@ -186,16 +123,4 @@ def _create_key_file(path: Path) -> None:
             temporary.unlink(missing_ok=True)
 
 
-__all__ = [
-    "KEEP_FOLDER",
-    "SEAL_FILE",
-    "KEPT_DIGESTS",
-    "KEY_VARIABLE",
-    "MIN_KEY_BYTES",
-    "Seal",
-    "key_file",
-    "key_id",
-    "parse_seal",
-    "seal_digest",
-    "state_key",
-]
+__all__ = ["KEY_VARIABLE", "MIN_KEY_BYTES", "key_file", "key_id", "state_key"]

@@ -1,4 +1,5 @@
-"""How a sweep stops before its end: a signal, or trials that no node can place.
+"""linc's Tune callbacks, built in one place (:func:`tune_callbacks`), and the signals that stop a
+sweep before its end.
 
 :func:`stop_sweep_on_signals` turns SIGTERM and SIGINT into Tune's own graceful stop (the
 handler Tune installs for SIGUSR1: trials are stopped, the experiment state is saved) and
@@ -8,8 +9,9 @@ once. :class:`PendingTimeout` stops a sweep whose
 trials no node could place for ``cluster.pending_timeout_s`` while none runs, naming what
 they waited for, instead of waiting for ever; :class:`StallWatch` ends a trial that stopped
 reporting for ``cluster.stall_timeout_s`` (hung, not dead), so that Tune retries it. Both are
-Tune callbacks, built with the others in one place
-(:meth:`~orchestration.experiment.sweep.Sweep.fit`).
+Tune callbacks, as are the console's lines
+(:class:`~orchestration.experiment.console.TrialEvents`) and :class:`KeepIntactState`, which
+seals and keeps Tune's state as Tune saves it (:mod:`orchestration.experiment.tune_state`).
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import tune
 from ray.tune.experiment import Trial
 
+from orchestration.experiment.tune_state import TUNER_FILE, CheckedState, is_intact, keep_intact
 from orchestration.failures import SweepStopped
 from orchestration.trial.resources import GIB
+
+if TYPE_CHECKING:
+    from orchestration.config.sections import ClusterSpec
+    from orchestration.experiment.console import TrialEvents
 
 logger = logging.getLogger(__name__)
 
@@ -170,4 +178,97 @@ def _readable(resources: Mapping[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items() if v not in ("0",)) + "}"
 
 
-__all__ = ["PendingTimeout", "StallWatch", "SweepStop", "stop_sweep_on_signals"]
+class KeepIntactState(tune.Callback):
+    """Seals and keeps Tune's state as Tune saves it: ``tuner.pkl`` when a new sweep starts,
+    the staged state files in :meth:`get_state` (which Tune calls right after saving them in
+    its staging folder and before uploading them) and every ``period_s`` seconds of the
+    driver's loop. A failure to write (the storage full, S3 away) is left for the next time.
+
+    ``state``: the experiment's state as :func:`~.tune_state.check_state` found it. Of a
+    restored experiment, the state files Tune restores from were checked, not written, by this
+    driver, so one changed since is not vouched for (never sealed), and ``tuner.pkl`` is not
+    sealed again.
+    """
+
+    def __init__(self, state: CheckedState, period_s: float = 10.0):
+        self.keeper = state.keeper
+        self.downloaded = state.files if state.restoring else None
+        self.period_s = period_s
+        self._seen: dict[str, Any] = {}
+        self._next = 0.0
+        self._staging: str | None = None
+
+    def setup(self, **info: Any) -> None:
+        if self.downloaded is not None:  # tuner.pkl was checked before the restore
+            return
+        try:  # written by Tune moments ago, before any trial ran
+            content = self.keeper.folder.read(TUNER_FILE)
+            if content is not None and is_intact(content):
+                self.keeper.keep({TUNER_FILE: content})
+        except OSError as err:
+            logger.warning("could not seal %s: %s", self.keeper.folder.uri(TUNER_FILE), err)
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._staging is None and trials:
+            self._staging = trials[0].storage.experiment_driver_staging_path
+
+    def get_state(self) -> None:  # None: nothing for Tune to save (no callback-states file)
+        self._keep()
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.on_step_begin(iteration, trials)
+        now = time.monotonic()
+        if now >= self._next:
+            self._keep()
+            self._next = now + self.period_s
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.on_step_begin(0, trials)  # a restored sweep that had nothing left to run
+        self._keep()
+
+    def _keep(self) -> None:
+        staging = self._staging or _newest_staging(self.keeper.folder.name)
+        if staging is None:
+            return
+        try:
+            keep_intact(self.keeper, self._seen, staging, skip=self.downloaded or frozenset())
+        except OSError as err:
+            where = self.keeper.folder.uri()
+            logger.debug("could not keep Tune's state of %s intact this time: %s", where, err)
+
+
+def _newest_staging(name: str) -> str | None:
+    """The driver's staging folder of experiment ``name`` this Ray session (the newest, when a
+    process ran it twice), before any trial could name it: Tune's first save."""
+    from ray.train.constants import _get_ray_train_session_dir
+
+    try:
+        states = Path(_get_ray_train_session_dir()).glob(f"*/{name}/driver_artifacts/*.json")
+        newest = max(states, key=lambda p: p.stat().st_mtime_ns, default=None)
+    except (OSError, AssertionError):
+        return None
+    return None if newest is None else str(newest.parent)
+
+
+def tune_callbacks(
+    events: TrialEvents, cluster: ClusterSpec, state: CheckedState
+) -> list[tune.Callback]:
+    """Every linc Tune callback of one experiment: the console's lines (``events``: one for all
+    the experiments of a sweep, so one summary), the stops for trials no node can place and for
+    hung trials, the sealing of Tune's state (``state``: as checked before the experiment)."""
+    callbacks: list[tune.Callback] = [events]
+    if cluster.pending_timeout_s is not None:
+        callbacks.append(PendingTimeout(cluster.pending_timeout_s))
+    if cluster.stall_timeout_s is not None:
+        callbacks.append(StallWatch(cluster.stall_timeout_s, events.notice))
+    return [*callbacks, KeepIntactState(state)]
+
+
+__all__ = [
+    "KeepIntactState",
+    "PendingTimeout",
+    "StallWatch",
+    "SweepStop",
+    "stop_sweep_on_signals",
+    "tune_callbacks",
+]
