@@ -52,7 +52,7 @@ from orchestration.experiment.ray_compat import (
     restore_tuner,
     tolerate_gone_checkpoints,
 )
-from orchestration.experiment.tune_state import CheckedState, check_state
+from orchestration.experiment.tune_state import CheckedState, check_state, earlier_names
 from orchestration.failures import SweepInterrupted, TrialFailed, one_line, sweep_failure
 from orchestration.ray_session import init_ray
 from orchestration.tracking.runs import SweepRuns
@@ -166,7 +166,8 @@ class Sweep:
         with stop_sweep_on_signals() as stop:
             try:
                 if state.restoring:
-                    tuner = restore_tuner(folder, self._trainable(), space, callbacks)
+                    with earlier_names():  # what a sweep begun by an earlier linc pickled
+                        tuner = restore_tuner(folder, self._trainable(), space, callbacks)
                     self.runs.parent.set_status("RUNNING")
                 else:
                     tuner = self._new_tuner(folder, space, tune_config, callbacks)

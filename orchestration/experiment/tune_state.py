@@ -34,10 +34,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import io
 import json
 import logging
 import pickletools
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +61,18 @@ KEPT_DIGESTS = 4
 # empty storage marker, the kept copies) are not Tune's state; Tune reads no other suffix.
 NOT_STATE_PREFIXES = ("linc_", ".")
 STATE_SUFFIXES = (".json", ".pkl")
+# What a sweep begun by an earlier linc names in its tuner.pkl (which pickles its Tune
+# callbacks) that has moved since, (module, name or None for the whole module) -> where it is
+# now: aliased while Tune restores such a sweep (earlier_names), so an upgrade does not strand a
+# sweep in progress. Only files the seal accepted are read under these names.
+MOVED = {
+    ("orchestration.experiment.stopping", None): "orchestration.experiment.callbacks",
+    ("orchestration.data.seal", None): "orchestration.experiment.tune_state",
+    (
+        "orchestration.experiment.tune_state",
+        "KeepIntactState",
+    ): "orchestration.experiment.callbacks",
+}
 
 
 def seal_digest(key: bytes, label: str, content: bytes) -> str:
@@ -200,6 +216,29 @@ def keep_intact(
     return added
 
 
+@contextmanager
+def earlier_names() -> Iterator[None]:
+    """The names of :data:`MOVED` resolvable at their earlier places (for unpickling), and gone
+    again after."""
+    modules: list[str] = []
+    attributes: list[tuple[Any, str]] = []
+    for (earlier, name), now in MOVED.items():
+        target = importlib.import_module(now)
+        if name is None and earlier not in sys.modules:
+            sys.modules[earlier] = target
+            modules.append(earlier)
+        elif name is not None and not hasattr(module := importlib.import_module(earlier), name):
+            setattr(module, name, getattr(target, name))
+            attributes.append((module, name))
+    try:
+        yield
+    finally:
+        for earlier in modules:
+            sys.modules.pop(earlier, None)
+        for module, name in attributes:
+            delattr(module, name)
+
+
 @dataclass(frozen=True)
 class CheckedState:
     """Tune's state in one experiment's folder, checked before anything of it is read.
@@ -331,6 +370,7 @@ __all__ = [
     "Seal",
     "StateKeeper",
     "check_state",
+    "earlier_names",
     "is_intact",
     "is_state_file",
     "keep_intact",

@@ -24,6 +24,7 @@ from orchestration.experiment.tune_state import (
     Seal,
     StateKeeper,
     check_state,
+    earlier_names,
     is_intact,
     keep_intact,
     seal_digest,
@@ -235,3 +236,44 @@ def test_a_short_or_unmakeable_key_is_one_line(monkeypatch, tmp_path):
         monkeypatch.setenv("HOME", str(tmp_path / "file-home"))
     with pytest.raises(SweepRefused, match="cannot make the key .* set LINC_STATE_KEY"):
         state_key()
+
+
+def test_a_sweep_begun_by_an_earlier_linc_unpickles_the_names_that_moved_since():
+    """A sweep's tuner.pkl pickles its Tune callbacks by module and name: those that moved since
+    it began resolve at their earlier places while Tune restores it, and only then."""
+    import sys
+
+    from orchestration.experiment import callbacks, tune_state
+
+    def pickled_as(value, now: bytes, earlier: bytes) -> bytes:
+        content = pickle.dumps(value, protocol=0)  # names as text lines: swapped as text
+        assert now in content
+        return content.replace(now, earlier)
+
+    seal = Seal("k", {"tuner.pkl": ["d"]})
+    earlier = {
+        "stopping": pickled_as(
+            callbacks.PendingTimeout(5.0),
+            b"orchestration.experiment.callbacks\nPendingTimeout",
+            b"orchestration.experiment.stopping\nPendingTimeout",
+        ),
+        "seal": pickled_as(
+            seal,
+            b"orchestration.experiment.tune_state\nSeal",
+            b"orchestration.data.seal\nSeal",
+        ),
+        "keep": pickled_as(
+            callbacks.KeepIntactState,
+            b"orchestration.experiment.callbacks\nKeepIntactState",
+            b"orchestration.experiment.tune_state\nKeepIntactState",
+        ),
+    }
+    for content in earlier.values():
+        with pytest.raises((ImportError, AttributeError)):
+            pickle.loads(content)
+    with earlier_names():
+        assert pickle.loads(earlier["stopping"]).timeout_s == 5.0
+        assert pickle.loads(earlier["seal"]) == seal
+        assert pickle.loads(earlier["keep"]) is callbacks.KeepIntactState
+    assert "orchestration.experiment.stopping" not in sys.modules  # gone again after
+    assert not hasattr(tune_state, "KeepIntactState")
