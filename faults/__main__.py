@@ -10,6 +10,7 @@ Exit status 0 when every row passed.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 from orchestration.ray_session import prefer_loopback
 
 prefer_loopback()  # before ray is imported: every node of the matrix listens on 127.0.0.1
+# before MLflow is imported: its INFO lines (a new store's tables) stay out of the matrix's output
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 from faults.harness import Row  # noqa: E402
 from faults.scenarios import MATRIX  # noqa: E402
