@@ -284,3 +284,25 @@ def served_model(
         if server.poll() is None:
             os.killpg(server.pid, 15)
             server.wait(timeout=60)
+
+
+class Trap:
+    """What an intruder who can write the shared storage leaves where a pickle is read: it
+    touches ``marker`` when unpickled (any code could run there)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def trapped_pickle(marker: Path) -> bytes:
+    """A :class:`Trap`'s pickle, checked to fire when Ray's cloudpickle loads it."""
+    import ray
+
+    payload = ray.cloudpickle.dumps(Trap(marker))
+    ray.cloudpickle.loads(payload)  # as Tune reads its pickles: the trap does fire
+    assert marker.exists()
+    marker.unlink()
+    return payload

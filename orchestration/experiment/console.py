@@ -31,7 +31,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -41,7 +40,7 @@ from linc_core.metrics import EPOCH, EVAL_COST, EVAL_INFEASIBLE, PROGRESS_METRIC
 from linc_core.utils.secrets import redact, redact_logging
 from orchestration.config.platform import trial_label
 from orchestration.config.sections import ConsoleSpec
-from orchestration.experiment.ray_compat import quiet_tune
+from orchestration.experiment.ray_compat import quiet_tune, trial_error_text
 
 # The metrics a progress line shows: the training score and, when measured, validation.
 # Tune's verbose level per console verbosity (0: silent, 2: every result).
@@ -257,13 +256,8 @@ def _number(value: Any) -> bool:
 
 def _reason(trial: Any) -> str:
     """The last line of the trial's traceback (``ValueError: ...``), at most 200 characters."""
-    text = ""
-    try:  # the local error.txt is written at once; the storage copy only at the next sync
-        local = trial.error_file
-        text = Path(local).read_text() if local and Path(local).exists() else trial.get_error()
-    except Exception:  # storage unreachable: the line still says the trial failed
-        text = ""
-    lines = [line.strip() for line in str(text or "").strip().splitlines() if line.strip()]
+    text = trial_error_text(trial) if trial.error_file else ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     reason = lines[-1] if lines else "unknown error (see the trial's error.txt)"
     return reason if len(reason) <= 200 else reason[:197] + "..."
 

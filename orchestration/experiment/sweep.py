@@ -47,6 +47,7 @@ from orchestration.experiment.folder import SweepFolder, SweepLease
 from orchestration.experiment.preflight import preflight
 from orchestration.experiment.ray_compat import (
     SweepFIFOScheduler,
+    errors_as_text,
     handle_memory_kills,
     keep_aws_keys_out_of_trials,
     restore_tuner,
@@ -345,6 +346,7 @@ def start_ray(config: PlatformConfig) -> None:
     if started:
         keep_aws_keys_out_of_trials()
     handle_memory_kills()
+    errors_as_text()
 
 
 @dataclass(frozen=True)

@@ -27,28 +27,10 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from tests.conftest import sweep_env
+from tests.conftest import Trap, sweep_env, trapped_pickle
 
 SWEEP = "train-full_linc-cvrptw-seed1234"
 OTHER_KEY = "c3" * 32
-
-
-class Trap:
-    """Touches ``marker`` when unpickled."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (self.marker,))
-
-
-def trapped_pickle(marker: Path) -> bytes:
-    payload = ray.cloudpickle.dumps(Trap(marker))
-    ray.cloudpickle.loads(payload)  # as Tune reads tuner.pkl: the trap does fire
-    assert marker.exists()
-    marker.unlink()
-    return payload
 
 
 def trapped_experiment_state(marker: Path, real: bytes) -> bytes:

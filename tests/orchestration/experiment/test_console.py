@@ -75,9 +75,6 @@ class StandIn:
     last_result: dict = field(default_factory=dict)
     error_file: str | None = None
 
-    def get_error(self) -> str | None:
-        return None
-
 
 def _events(capsys, verbosity="events", report_every=0, epochs=20) -> tuple[TrialEvents, list]:
     events = TrialEvents("sweep", ConsoleSpec(verbosity, report_every), epochs)

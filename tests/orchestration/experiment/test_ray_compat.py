@@ -9,11 +9,14 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 import ray
 
 from orchestration.config.sections import ConsoleSpec
 from orchestration.experiment.ray_compat import PINNED_RAY
+from tests.conftest import trapped_pickle
 
 
 @contextmanager
@@ -234,3 +237,56 @@ def test_a_reused_trial_process_waits_longer_for_the_last_trials_thread(monkeypa
     patient_actor_reuse()
     assert os.environ["TUNE_FUNCTION_THREAD_TIMEOUT_S"] == ACTOR_REUSE_WAIT_S
     assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in class_cache.ENV_VARS_TO_PROPAGATE
+
+
+def test_a_failed_trials_error_is_its_text_never_unpickled_from_storage(
+    tmp_path, monkeypatch, ray_session
+) -> None:
+    """Ray 2.60's result grid unpickles a failed trial's ``error.pkl`` from storage: what a
+    writer of the storage put there runs in the driver, and a file the full storage cut short
+    ends the sweep ("pickle data was truncated", seen in the storage-full fault row). With
+    linc's workaround the error is the text of ``error.txt``, even cut mid-character."""
+    import pickle
+
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.error import TuneError
+    from ray.tune.experiment import Trial
+    from ray.tune.result_grid import ResultGrid
+
+    from orchestration.experiment.ray_compat import errors_as_text
+
+    storage = StorageContext(str(tmp_path), experiment_dir_name="sweep", trial_dir_name="trial_0")
+    trial = Trial("__fake", config={}, storage=storage, stub=True)
+    trial.status = Trial.ERROR
+    trial.run_metadata.error_filename = "error.txt"
+    trial.run_metadata.pickled_error_filename = "error.pkl"
+    folder = Path(storage.trial_fs_path)
+    folder.mkdir(parents=True)
+    marker = tmp_path / "code-ran"
+    (folder / "error.pkl").write_bytes(trapped_pickle(marker))
+    text = "Failure # 1\nTraceback (most recent call last):\n  ...\nValueError: data.uri: gone\n"
+    (folder / "error.txt").write_bytes(text.encode() + "é".encode()[:1])  # cut mid-character
+
+    populate = ResultGrid._populate_exception
+    with pytest.raises(UnicodeDecodeError):  # Ray's own: the intruder's code runs, then
+        populate(trial)  # (its unpickled value being None) the cut error.txt ends it
+    assert marker.exists(), "Ray no longer unpickles error.pkl: the workaround may go"
+    marker.unlink()
+    (folder / "cut.pkl").write_bytes(pickle.dumps(ValueError("x"))[:10])
+    trial.run_metadata.pickled_error_filename = "cut.pkl"
+    with pytest.raises(pickle.UnpicklingError):
+        populate(trial)
+
+    ray_own = ResultGrid.__dict__["_populate_exception"]
+    monkeypatch.setattr(ResultGrid, "_populate_exception", ray_own)  # put back after the test
+    errors_as_text()
+    for name in ("error.pkl", "cut.pkl"):
+        trial.run_metadata.pickled_error_filename = name
+        error = ResultGrid._populate_exception(trial)
+        assert isinstance(error, TuneError) and not marker.exists()
+        assert str(error).startswith("Failure # 1\n")
+        assert "ValueError: data.uri: gone\n" in str(error)
+    trial.status = Trial.TERMINATED
+    assert ResultGrid._populate_exception(trial) is None
+    trial.status, trial.run_metadata.error_filename = Trial.ERROR, "gone.txt"
+    assert "its error.txt could not be read" in str(ResultGrid._populate_exception(trial))

@@ -1,5 +1,6 @@
-"""Every workaround of the pinned Ray (:data:`PINNED_RAY`), in one place: what a reader may skip,
-and what to revisit on a Ray upgrade (each says what it mends and where Ray does it).
+"""Every workaround of the pinned Ray (:data:`PINNED_RAY`), in one package (the log lines in
+:mod:`.logs`): what a reader may skip, and what to revisit on a Ray upgrade (each says what it
+mends and where Ray does it).
 
 * :func:`bind_loopback_even_if_imported_before`: a local Ray listens on 127.0.0.1 even in a
   process that imported ``ray`` before linc set Ray's switch (a notebook);
@@ -20,6 +21,7 @@ and what to revisit on a Ray upgrade (each says what it mends and where Ray does
   restored go to its current folder, not the one it started in;
 * :func:`tolerate_gone_checkpoints`: a trial restores past a checkpoint Tune's record names but
   storage no longer holds;
+* :func:`errors_as_text`: a failed trial's error is read as text, never unpickled from storage;
 * :func:`with_callbacks`: a restored tuner runs with the callbacks this driver built, not the
   ones pickled with it; :func:`restore_tuner`, the one restore of a sweep, applies them and turns
   Ray's error for a sweep of another linc version (its wording parsed) into one line.
@@ -39,6 +41,14 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from orchestration.experiment.ray_compat.logs import (
+    GoneCheckpointFilter,
+    SaidByLincFilter,
+    SyncFailureFilter,
+    drop_ray_root_handler,
+    quiet_token_auth_notice,
+    quiet_tune,
+)
 from orchestration.failures import SweepRefused
 
 if TYPE_CHECKING:
@@ -61,22 +71,6 @@ def bind_loopback_even_if_imported_before(switch: str) -> None:
 
     os.environ[switch] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-def quiet_token_auth_notice() -> None:
-    """A new local Ray turns token authentication on when ``RAY_AUTH_MODE`` is unset and warns
-    that it did (``authentication_token_setup.enable_token_auth_by_default``), on every start.
-    The notice is dropped; authentication stays on, and Ray's other warnings (a cluster without
-    authentication) still show."""
-    name = "ray._private.authentication.authentication_token_setup"
-    found = logging.getLogger(name)
-    if not any(isinstance(f, _TokenAuthNotice) for f in found.filters):
-        found.addFilter(_TokenAuthNotice())
-
-
-class _TokenAuthNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Token authentication is enabled for this")
 
 
 ACTOR_REUSE_WAIT_S = "30"  # Tune's default, 2 s, failed a trial on a loaded node
@@ -103,120 +97,6 @@ def keep_aws_keys_out_of_trials() -> None:
 
     names = class_cache.ENV_VARS_TO_PROPAGATE
     class_cache.ENV_VARS_TO_PROPAGATE = {name for name in names if not name.startswith("AWS_")}
-
-
-def quiet_tune() -> None:
-    """Tune's console at ``console.verbosity`` quiet or events (see
-    :mod:`orchestration.experiment.console`): the legacy output engine, silent at verbose 0 (the
-    new one prints an experiment box and a TensorBoard hint even then); no traceback per failed
-    trial attempt; no warning that every epoch of a short trial snapshots the experiment; no
-    "Remote file not found: .../result.json" of a trial retried before its first result reached
-    storage (Tune's result loggers start the file afresh). The two filters below."""
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
-    for name, kind in (
-        ("ray.tune.execution.tune_controller", GoneCheckpointFilter),
-        ("ray.train._internal.storage", GoneCheckpointFilter),
-        ("ray.train._internal.syncer", SyncFailureFilter),
-        ("ray.tune.execution.experiment_state", SyncFailureFilter),
-        ("ray.tune.tune", SaidByLincFilter),
-        ("ray.tune.analysis.experiment_analysis", SaidByLincFilter),
-    ):
-        found = logging.getLogger(name)
-        if not any(isinstance(f, kind) for f in found.filters):
-            found.addFilter(kind())
-
-
-def _as_warning(record: logging.LogRecord, message: str, *args: Any) -> None:
-    record.msg, record.args = message, args
-    record.exc_info, record.exc_text = None, None
-    record.levelno, record.levelname = logging.WARNING, "WARNING"
-
-
-class SyncFailureFilter(logging.Filter):
-    """Tune's failed copy of its experiment state to storage (full or unreachable): the syncer's
-    "Last sync command failed" warning with the traceback in its message, and "Saving
-    experiment state to storage ... failed" with its traceback, as one warning line: the
-    error's last line. The next save tries again; a copy cut short is mended on the re-run
-    (:mod:`orchestration.experiment.tune_state`)."""
-
-    PREFIXES = ("Last sync command failed", "Saving experiment state to storage")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message.startswith(self.PREFIXES):
-            error = record.exc_info[1] if record.exc_info else None
-            if error is not None:
-                message += f"\n{type(error).__name__}: {error}"
-            lines = [line for line in message.splitlines() if line.strip()]
-            last = lines[-1].strip() if len(lines) > 1 else "no detail"
-            text = (
-                "could not copy Tune's experiment state to storage (%s); retried at its next save"
-            )
-            _as_warning(record, text, last)
-        return True
-
-
-class SaidByLincFilter(logging.Filter):
-    """Tune's lines that linc's console says in its own words (a failed sweep's trials, a stop
-    and how to resume it), and its "Failed to fetch metrics" for trials not yet reported."""
-
-    PREFIXES = (
-        "Trials did not complete",
-        "Stop signal received",
-        "Experiment has been interrupted",
-        "Failed to fetch metrics for",
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(self.PREFIXES):
-            return True
-        if str(record.msg).startswith("Failed to fetch metrics for"):
-            failures = record.getMessage().splitlines()[1:]
-            return not failures or not all("not found" in line for line in failures)
-        return False
-
-
-def drop_ray_root_handler() -> None:
-    """Ray's ``LoggingConfig`` puts one handler on both the ``ray`` logger and the root logger,
-    so every warning of linc's own loggers printed twice: bare (the console's handler) and in
-    Ray's format with its job and worker ids. Ray's lines keep the handler on ``ray``."""
-    root, ray_handlers = logging.getLogger(), logging.getLogger("ray").handlers
-    for handler in [h for h in root.handlers if h in ray_handlers]:
-        root.removeHandler(handler)
-
-
-class GoneCheckpointFilter(logging.Filter):
-    """Tune's traceback for deleting a checkpoint that is already gone, as one warning line.
-
-    Tune keeps a trial's last two checkpoints by the list in its experiment state and deletes
-    the older one when a new one registers. A driver killed between deleting a checkpoint and
-    its next snapshot of that state leaves a list naming a folder that no longer exists; the
-    re-run's first new checkpoint deletes it again. Tune's list is updated before the deletion,
-    nothing is lost (the trial restored its newest intact checkpoint anyway), yet Tune logs the
-    ``FileNotFoundError`` with a traceback: "Error handling checkpoint" when the folder is gone
-    before Ray looks (``tune_controller._process_trial_save``), "Caught exception when deleting
-    path" when it goes between Ray's look and its deletion (``train._internal.storage``).
-    """
-
-    PREFIXES = ("Trial %s: Error handling checkpoint", "Caught exception when deleting path")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, FileNotFoundError) and str(record.msg).startswith(self.PREFIXES):
-            # Ray's texts: "Path not found: (<file system>, PATH)", "... path at (<fs>, PATH):"
-            said = str(error) if "Path not found" in str(error) else str(record.msg)
-            path = said.rsplit(", ", 1)[-1].rstrip("):")
-            is_trial = isinstance(record.args, tuple) and record.args and "%s" in record.msg
-            trial = record.args[0] if is_trial else "a trial"
-            text = (
-                "%s: a checkpoint in Tune's record of this trial is already gone from storage "
-                "(%s), deleted before the last driver stopped; nothing to delete"
-            )
-            _as_warning(record, text, trial, path)
-        return True
 
 
 def handle_memory_kills() -> None:
@@ -323,6 +203,42 @@ def tolerate_gone_checkpoints(function: Callable[..., None]) -> type:
     return ImplicitFunc
 
 
+def errors_as_text() -> None:
+    """A failed trial's error in Tune's results is the text of its ``error.txt``. Tune's result
+    grid (``ray.tune.result_grid.ResultGrid._populate_exception``) unpickles ``error.pkl`` from
+    storage first: code anyone who can write the storage put there runs in the driver, and a
+    file the full storage cut short ends the sweep in "pickle data was truncated"."""
+    from ray.tune.result_grid import ResultGrid
+
+    ResultGrid._populate_exception = staticmethod(_error_as_text)
+
+
+def _error_as_text(trial: Trial) -> Exception | None:
+    if trial.status == Trial.TERMINATED or trial.run_metadata.error_filename is None:
+        return None
+    from ray.tune.error import TuneError
+
+    return TuneError(trial_error_text(trial))
+
+
+def trial_error_text(trial: Trial) -> str:
+    """The text of the trial's ``error.txt`` (Ray writes it at once on the driver, and copies it
+    to storage at the next sync), or a line saying why it could not be read."""
+    try:
+        local = trial.error_file
+        if local and os.path.exists(local):
+            with open(local, "rb") as handle:
+                data = handle.read()
+        else:
+            name = trial.run_metadata.error_filename or "error.txt"
+            path = f"{trial.storage.trial_fs_path.rstrip('/')}/{name}"
+            with trial.storage.storage_filesystem.open_input_stream(path) as stream:
+                data = stream.readall()
+    except OSError as err:
+        return f"the trial failed; its error.txt could not be read ({err})"
+    return data.decode("utf-8", errors="replace")
+
+
 def with_callbacks(tuner: Any, callbacks: list[Any]) -> Any:
     """``tuner`` (restored) running ``callbacks`` instead of those pickled in its ``tuner.pkl``:
     ``Tuner.restore`` takes no run config, so they are set on its private local tuner (absent
@@ -395,6 +311,8 @@ __all__ = [
     "quiet_tune",
     "restore_tuner",
     "drop_ray_root_handler",
+    "errors_as_text",
     "tolerate_gone_checkpoints",
+    "trial_error_text",
     "with_callbacks",
 ]

@@ -1,0 +1,150 @@
+"""The pinned Ray's log lines linc rewrites or drops (part of :mod:`..ray_compat`, the
+workarounds of the pinned Ray): Tune's console quieted, two tracebacks of conditions linc mends
+as one warning line each, the lines linc's console says itself dropped, Ray's token notice
+dropped, and Ray's root handler that printed the driver's own records twice."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+
+def quiet_token_auth_notice() -> None:
+    """A new local Ray turns token authentication on when ``RAY_AUTH_MODE`` is unset and warns
+    that it did (``authentication_token_setup.enable_token_auth_by_default``), on every start.
+    The notice is dropped; authentication stays on, and Ray's other warnings (a cluster without
+    authentication) still show."""
+    name = "ray._private.authentication.authentication_token_setup"
+    found = logging.getLogger(name)
+    if not any(isinstance(f, _TokenAuthNotice) for f in found.filters):
+        found.addFilter(_TokenAuthNotice())
+
+
+class _TokenAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this")
+
+
+def quiet_tune() -> None:
+    """Tune's console at ``console.verbosity`` quiet or events (see
+    :mod:`orchestration.experiment.console`): the legacy output engine, silent at verbose 0 (the
+    new one prints an experiment box and a TensorBoard hint even then); no traceback per failed
+    trial attempt; no warning that every epoch of a short trial snapshots the experiment; no
+    "Remote file not found: .../result.json" of a trial retried before its first result reached
+    storage (Tune's result loggers start the file afresh). The two filters below."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    logging.getLogger("ray.tune.logger").setLevel(logging.ERROR)
+    for name, kind in (
+        ("ray.tune.execution.tune_controller", GoneCheckpointFilter),
+        ("ray.train._internal.storage", GoneCheckpointFilter),
+        ("ray.train._internal.syncer", SyncFailureFilter),
+        ("ray.tune.execution.experiment_state", SyncFailureFilter),
+        ("ray.tune.tune", SaidByLincFilter),
+        ("ray.tune.analysis.experiment_analysis", SaidByLincFilter),
+    ):
+        found = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in found.filters):
+            found.addFilter(kind())
+
+
+def _as_warning(record: logging.LogRecord, message: str, *args: Any) -> None:
+    record.msg, record.args = message, args
+    record.exc_info, record.exc_text = None, None
+    record.levelno, record.levelname = logging.WARNING, "WARNING"
+
+
+class SyncFailureFilter(logging.Filter):
+    """Tune's failed copy of its experiment state to storage (full or unreachable): the syncer's
+    "Last sync command failed" warning with the traceback in its message, and "Saving
+    experiment state to storage ... failed" with its traceback, as one warning line: the
+    error's last line. The next save tries again; a copy cut short is mended on the re-run
+    (:mod:`orchestration.experiment.tune_state`)."""
+
+    PREFIXES = ("Last sync command failed", "Saving experiment state to storage")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.PREFIXES):
+            error = record.exc_info[1] if record.exc_info else None
+            if error is not None:
+                message += f"\n{type(error).__name__}: {error}"
+            lines = [line for line in message.splitlines() if line.strip()]
+            last = lines[-1].strip() if len(lines) > 1 else "no detail"
+            text = (
+                "could not copy Tune's experiment state to storage (%s); retried at its next save"
+            )
+            _as_warning(record, text, last)
+        return True
+
+
+class SaidByLincFilter(logging.Filter):
+    """Tune's lines that linc's console says in its own words (a failed sweep's trials, a stop
+    and how to resume it), and its "Failed to fetch metrics" for trials not yet reported."""
+
+    PREFIXES = (
+        "Trials did not complete",
+        "Stop signal received",
+        "Experiment has been interrupted",
+        "Failed to fetch metrics for",
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.PREFIXES):
+            return True
+        if str(record.msg).startswith("Failed to fetch metrics for"):
+            failures = record.getMessage().splitlines()[1:]
+            return not failures or not all("not found" in line for line in failures)
+        return False
+
+
+def drop_ray_root_handler() -> None:
+    """Ray's ``LoggingConfig`` puts one handler on both the ``ray`` logger and the root logger,
+    so every warning of linc's own loggers printed twice: bare (the console's handler) and in
+    Ray's format with its job and worker ids. Ray's lines keep the handler on ``ray``."""
+    root, ray_handlers = logging.getLogger(), logging.getLogger("ray").handlers
+    for handler in [h for h in root.handlers if h in ray_handlers]:
+        root.removeHandler(handler)
+
+
+class GoneCheckpointFilter(logging.Filter):
+    """Tune's traceback for deleting a checkpoint that is already gone, as one warning line.
+
+    Tune keeps a trial's last two checkpoints by the list in its experiment state and deletes
+    the older one when a new one registers. A driver killed between deleting a checkpoint and
+    its next snapshot of that state leaves a list naming a folder that no longer exists; the
+    re-run's first new checkpoint deletes it again. Tune's list is updated before the deletion,
+    nothing is lost (the trial restored its newest intact checkpoint anyway), yet Tune logs the
+    ``FileNotFoundError`` with a traceback: "Error handling checkpoint" when the folder is gone
+    before Ray looks (``tune_controller._process_trial_save``), "Caught exception when deleting
+    path" when it goes between Ray's look and its deletion (``train._internal.storage``).
+    """
+
+    PREFIXES = ("Trial %s: Error handling checkpoint", "Caught exception when deleting path")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, FileNotFoundError) and str(record.msg).startswith(self.PREFIXES):
+            # Ray's texts: "Path not found: (<file system>, PATH)", "... path at (<fs>, PATH):"
+            said = str(error) if "Path not found" in str(error) else str(record.msg)
+            path = said.rsplit(", ", 1)[-1].rstrip("):")
+            is_trial = isinstance(record.args, tuple) and record.args and "%s" in record.msg
+            trial = record.args[0] if is_trial else "a trial"
+            text = (
+                "%s: a checkpoint in Tune's record of this trial is already gone from storage "
+                "(%s), deleted before the last driver stopped; nothing to delete"
+            )
+            _as_warning(record, text, trial, path)
+        return True
+
+
+__all__ = [
+    "GoneCheckpointFilter",
+    "SaidByLincFilter",
+    "SyncFailureFilter",
+    "drop_ray_root_handler",
+    "quiet_token_auth_notice",
+    "quiet_tune",
+]
