@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -250,6 +251,24 @@ def audit(tracking_uri: str, experiment: str, sweep: str, epochs: int) -> Audit:
             duplicated += len(steps) - len(set(steps))
     running = sum(r.info.status == "RUNNING" for r in runs)
     return Audit(len(trials), finished, lost, duplicated, running)
+
+
+def first_traceback(log: str) -> str:
+    """Where a console's first traceback came from, for a row's note (empty for none): the line
+    before it and the error's line (the traceback's last, before the next unindented line)."""
+    # a Ray worker's lines come prefixed with "(name pid=N) "
+    lines = [re.sub(r"^\([^)]*pid=\d+[^)]*\) ", "", line) for line in log.splitlines()]
+    starts = [i for i, line in enumerate(lines) if "Traceback" in line]
+    if not starts:
+        return ""
+    first = starts[0]
+    before = lines[first - 1].strip() if first > 0 else ""
+    error = ""
+    for line in lines[first + 1 :]:
+        error = line.strip()
+        if line and not line.startswith((" ", "\t")) and "Traceback" not in line:
+            break
+    return f" (the first after {before[-200:]!r}: {error[:300]!r})"
 
 
 def one_line_error(output: str) -> str | None:

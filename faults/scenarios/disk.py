@@ -10,7 +10,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from faults.harness import Driver, Row, audit, intact_by_step, reported, wait_for
+from faults.harness import (
+    Driver,
+    Row,
+    audit,
+    first_traceback,
+    intact_by_step,
+    reported,
+    wait_for,
+)
 from faults.scenarios.common import EXPERIMENT, TRAIN, finish_row, run_tag, sqlite_uri, train_args
 from orchestration.experiment.tune_state import KEEP_FOLDER, is_intact
 
@@ -123,7 +131,7 @@ def _sweep(folder: Path, disk: Path, row: Row, epochs: int, data_ok: bool) -> Ro
     row.notes.append(
         f"sweep: exit {first_rc} {ended_after:.0f} s after the storage filled, failure names the "
         f"storage and 'No space left on device': {named}; tracebacks on its console: "
-        f"{log.count('Traceback')}{_first_traceback(log)}; checkpoints left: "
+        f"{log.count('Traceback')}{first_traceback(log)}; checkpoints left: "
         f"{', '.join(p.name for p in intact) or 'none'}; Tune's state: {cut}; re-run: files put "
         f"back from their intact copy: {mended}, resumed from "
         f"{resumed.rsplit('/', 1)[-1] or 'nothing'}, tracebacks: {again.count('Traceback')}"
@@ -133,24 +141,6 @@ def _sweep(folder: Path, disk: Path, row: Row, epochs: int, data_ok: bool) -> Ro
     checks = checks and "Traceback" not in again and "Traceback" not in log and mended > 0
     outcome = "failed naming the full storage, resumed after space was freed"
     return finish_row(row, result, rc, outcome, checks)
-
-
-def _first_traceback(log: str) -> str:
-    """Where the console's first traceback came from, for the note: the line before it and the
-    error's line (the last line of the traceback, before the next unindented line)."""
-    # a Ray worker's lines come prefixed with "(name pid=N) "
-    lines = [re.sub(r"^\([^)]*pid=\d+[^)]*\) ", "", line) for line in log.splitlines()]
-    starts = [i for i, line in enumerate(lines) if "Traceback" in line]
-    if not starts:
-        return ""
-    first = starts[0]
-    before = lines[first - 1].strip() if first > 0 else ""
-    error = ""
-    for line in lines[first + 1 :]:
-        error = line.strip()
-        if line and not line.startswith((" ", "\t")) and "Traceback" not in line:
-            break
-    return f" (the first after {before[-200:]!r}: {error[:300]!r})"
 
 
 def _cut_tune_state(experiment: Path) -> str:

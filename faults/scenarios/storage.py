@@ -14,6 +14,7 @@ from faults.harness import (
     Driver,
     Row,
     audit,
+    first_traceback,
     intact_by_step,
     one_line_error,
     reported,
@@ -75,6 +76,7 @@ def checkpoint_truncated(folder: Path, epochs: int = 30) -> Row:
         f"warning names {newest.name} and says truncated: {named}; resumed from "
         f"{Path(resumed.split(' ')[0]).name or 'nothing'}; Tune's record had "
         f"{', '.join(p.name for p in stale) or 'no other'} deleted; traceback: {traceback}"
+        f"{first_traceback(log)}"
     )
     result = audit(sqlite_uri(storage), EXPERIMENT, TRAIN, epochs)
     checks = named and fell_back and not traceback

@@ -213,3 +213,25 @@ def test_bad_stall_and_fault_epochs_are_config_errors(override: str) -> None:
 def test_zero_memory_reserves_none_for_node_types_that_declare_none() -> None:
     config = load_platform_config([*SMOKE, "cluster.memory_per_trial_gb=0"])
     assert "memory" not in placement(config.raw).bundles[0]
+
+
+def test_a_rows_note_names_where_the_first_traceback_came_from() -> None:
+    """A row that saw a traceback says which (the storage-full row's one in CI was found so)."""
+    from faults.harness import first_traceback
+
+    worker = "\n".join(
+        [
+            "WARNING a line before",
+            "(ImplicitFunc pid=7) Traceback (most recent call last):",
+            '(ImplicitFunc pid=7)   File "x.py", line 1, in f',
+            "(ImplicitFunc pid=7)     g()",
+            "(ImplicitFunc pid=7) OSError: [Errno 28] No space left on device",
+            "the next line",
+        ]
+    )
+    said = first_traceback(worker)
+    error = "OSError: [Errno 28] No space left on device"
+    assert said == f" (the first after 'WARNING a line before': {error!r})"
+    driver = "a\nTraceback (most recent call last):\n  File y\n_pickle.UnpicklingError: cut\n"
+    assert first_traceback(driver).endswith(": '_pickle.UnpicklingError: cut')")
+    assert first_traceback("no traceback here\n") == ""
