@@ -221,19 +221,25 @@ def _error_as_text(trial: Trial) -> Exception | None:
     return TuneError(trial_error_text(trial))
 
 
+ERROR_TEXT_BYTES = 1 << 20  # an error.txt's tail read (its last line is what is shown)
+
+
 def trial_error_text(trial: Trial) -> str:
     """The text of the trial's ``error.txt`` (Ray writes it at once on the driver, and copies it
-    to storage at the next sync), or a line saying why it could not be read."""
+    to storage at the next sync), its last :data:`ERROR_TEXT_BYTES` at most, or a line saying
+    why it could not be read."""
     try:
         local = trial.error_file
         if local and os.path.exists(local):
-            with open(local, "rb") as handle:
-                data = handle.read()
+            handle = open(local, "rb")  # noqa: SIM115 - closed below, as the stream is
         else:
             name = trial.run_metadata.error_filename or "error.txt"
             path = f"{trial.storage.trial_fs_path.rstrip('/')}/{name}"
-            with trial.storage.storage_filesystem.open_input_stream(path) as stream:
-                data = stream.readall()
+            handle = trial.storage.storage_filesystem.open_input_file(path)
+        with handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - ERROR_TEXT_BYTES))
+            data = handle.read()
     except OSError as err:
         return f"the trial failed; its error.txt could not be read ({err})"
     return data.decode("utf-8", errors="replace")
@@ -296,6 +302,7 @@ def _listed_keys(message: str, label: str) -> set[str] | None:
 
 
 __all__ = [
+    "ERROR_TEXT_BYTES",
     "GoneCheckpointFilter",
     "PINNED_RAY",
     "SweepASHAScheduler",

@@ -286,6 +286,11 @@ def test_a_failed_trials_error_is_its_text_never_unpickled_from_storage(
         assert isinstance(error, TuneError) and not marker.exists()
         assert str(error).startswith("Failure # 1\n")
         assert "ValueError: data.uri: gone\n" in str(error)
+    from orchestration.experiment.ray_compat import ERROR_TEXT_BYTES
+
+    (folder / "error.txt").write_bytes(b"x" * (3 * ERROR_TEXT_BYTES) + b"\nOSError: last\n")
+    error = str(ResultGrid._populate_exception(trial))  # only the tail is read
+    assert len(error) == ERROR_TEXT_BYTES and error.endswith("\nOSError: last\n")
     trial.status = Trial.TERMINATED
     assert ResultGrid._populate_exception(trial) is None
     trial.status, trial.run_metadata.error_filename = Trial.ERROR, "gone.txt"
