@@ -291,9 +291,10 @@ def set_table(eval_set: str, data: MainData, compare_to: str | None) -> str:
             interval = stats.diff_interval
             ci = "-" if interval is None else f"[{interval.low:+.2f}, {interval.high:+.2f}]"
             diff = _cell(stats.diff if stats.diff is not None else math.nan, sign=True)
+            paired = f"{len(stats.paired_seeds)} x {stats.paired_instances}"
             lines.append(
                 f"| {_label(stats.variant)} | {decoding} | {diff} "
-                f"| {ci} | {_ordering(stats, ours)} | {len(stats.seeds)} x {stats.instances} |"
+                f"| {ci} | {_ordering(stats, ours)} | {paired} |"
             )
         lines += [
             "",

@@ -70,6 +70,10 @@ class VariantStatistics:
     gap_pct: float | None
     gap_interval: Interval | None
     resolved: str | None
+    # what the comparison with ``compare_to`` paired: the seeds both have, and the instances
+    # every one of those seeds evaluated in both (empty / 0 without a comparison)
+    paired_seeds: tuple[int, ...] = ()
+    paired_instances: int = 0
 
 
 def seed_interval(per_seed_means: list[float]) -> Interval | None:
@@ -149,6 +153,7 @@ def variant_statistics(
         grid = _grid(by_seed, seeds, names)
         per_seed = grid.mean(axis=1).tolist()
         diff = diff_interval = gap = gap_interval = resolved = None
+        shared_seeds, shared = [], []
         if reference is not None and variant != compare_to:
             shared_seeds = sorted(set(seeds) & set(reference))
             shared = (
@@ -186,6 +191,8 @@ def variant_statistics(
                 gap_pct=gap,
                 gap_interval=gap_interval,
                 resolved=resolved,
+                paired_seeds=tuple(shared_seeds) if shared else (),
+                paired_instances=len(shared),
             )
         )
     return rows

@@ -90,3 +90,33 @@ def test_noise_around_zero_is_not_resolved() -> None:
     )
     assert rows[1].resolved == "not resolved"
     assert rows[1].diff_interval.low < 0 < rows[1].diff_interval.high
+
+
+def test_a_comparison_says_which_seeds_and_instances_it_paired() -> None:
+    # Full LINC has seed 1 only (its other trials still running), the baseline seeds 1-3, and
+    # the baseline's seed 1 lacks two instances: the comparison pairs 1 seed x 54 instances,
+    # while the baseline's own mean keeps its 3 seeds
+    rng = np.random.default_rng(3)
+    full = costs_for(700 + 100 * rng.random((1, 56)), (1,))
+    baseline = costs_for(700 + 100 * rng.random((3, 56)), (1, 2, 3))
+    del baseline[1]["I00"], baseline[1]["I01"]
+    rows = {
+        r.variant: r
+        for r in variant_statistics(
+            {"full_linc": full, "polynet": baseline}, "full_linc", replicates=500
+        )
+    }
+    theirs = rows["polynet"]
+    assert (theirs.seeds, theirs.instances) == ((1, 2, 3), 54)
+    assert (theirs.paired_seeds, theirs.paired_instances) == ((1,), 54)
+    names = INSTANCES[2:]
+    expected = np.mean([baseline[1][n] - full[1][n] for n in names])
+    assert theirs.diff == pytest.approx(expected, abs=1e-9)
+    assert (rows["full_linc"].paired_seeds, rows["full_linc"].paired_instances) == ((), 0)
+    # no seed in common: no comparison, nothing paired
+    apart = variant_statistics(
+        {"full_linc": full, "pomo": costs_for(700 + rng.random((2, 56)), (2, 3))},
+        "full_linc",
+        replicates=500,
+    )[1]
+    assert apart.diff is None and (apart.paired_seeds, apart.paired_instances) == ((), 0)
