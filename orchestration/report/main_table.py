@@ -243,6 +243,9 @@ def budget_caption(data: MainData) -> str:
         + "; ".join(per_model)
         + f". Evaluation: sampling z={rollouts} x{augment} per instance, SGBS beam 4 x "
         "expansion 4 from min(z, 128) greedy z-rollouts; POMO decodes every start instead of z. "
+        "Time: wall seconds to decode the set's instances one after another on the trial's "
+        "device and threads (mean over seeds; on shared cores it includes their waits), and "
+        "PyVRP's time limit per instance times the instances. "
         "Every solution verified by linc's verifier."
     )
 

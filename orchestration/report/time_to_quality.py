@@ -93,6 +93,14 @@ def band(
     return grid, np.nanmean(values, 0), np.nanmin(values, 0), np.nanmax(values, 0)
 
 
+def gap_axis_scale(gaps: Sequence[float]) -> str:
+    """``"log"`` when every finite gap is positive, else ``"linear"``. An untrained policy's gap
+    is some hundreds of percent and a trained one's tens: on a linear axis the end of training,
+    where the models differ by a few points, is a flat line at the bottom."""
+    finite = [g for g in gaps if math.isfinite(g)]
+    return "log" if finite and min(finite) > 0 else "linear"
+
+
 def time_to_quality_chart(
     curves: Mapping[str, Mapping[int, Curve]], peers: Mapping[str, Curve] | None = None
 ) -> Chart:
@@ -103,6 +111,7 @@ def time_to_quality_chart(
     figure = new_figure(8.0, 4.5)
     axes = figure.add_subplot()
     reached: dict[str, tuple[float, float]] = {}
+    drawn: list[float] = []
     order = [v for v in PRESETS if v in curves] + sorted(set(curves) - set(PRESETS))
     for variant in order:
         label = PRESETS[variant].label if variant in PRESETS else variant
@@ -111,13 +120,19 @@ def time_to_quality_chart(
             grid / 60.0, mean, linewidth=1.8, label=f"{label} ({len(curves[variant])} seeds)"
         )
         axes.fill_between(grid / 60.0, low, high, color=line.get_color(), alpha=0.2)
+        drawn += [*low.tolist(), *high.tolist()]
         reached[label] = (float(grid[-1] / 60.0), float(mean[-1]))
     for label, curve in (peers or {}).items():
         minutes = [t / 60.0 for t, _ in curve]
         axes.plot(minutes, [g for _, g in curve], linestyle="--", color="black", label=label)
         reached[label] = (minutes[-1], curve[-1][1])
+        drawn += [g for _, g in curve]
+    scale = gap_axis_scale(drawn)
+    axes.set_yscale(scale)
+    if scale == "log":
+        axes.grid(True, which="both", axis="y", alpha=0.3)
     axes.set_xlabel("training time (minutes of the budget's clock: steps only)")
-    axes.set_ylabel("validation gap to PyVRP (%)")
+    axes.set_ylabel(f"validation gap to PyVRP (%){', log scale' if scale == 'log' else ''}")
     axes.set_title("Time to quality (mean over seeds; band: lowest to highest seed)")
     if reached:
         axes.legend(fontsize=8)
@@ -125,4 +140,11 @@ def time_to_quality_chart(
     return Chart(png_bytes(figure), finite)
 
 
-__all__ = ["Curve", "band", "quality_curves", "time_to_quality_chart", "validation_reference"]
+__all__ = [
+    "Curve",
+    "band",
+    "gap_axis_scale",
+    "quality_curves",
+    "time_to_quality_chart",
+    "validation_reference",
+]
