@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from linc_core.metrics import TRAIN_SECONDS, VALIDATION_COST
 from linc_core.presets import PRESETS
@@ -131,6 +132,9 @@ def time_to_quality_chart(
     axes.set_yscale(scale)
     if scale == "log":
         axes.grid(True, which="both", axis="y", alpha=0.3)
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 20, not 2 x 10^1
+        axes.yaxis.set_major_formatter(plain)
+        axes.yaxis.set_minor_formatter(plain)
     axes.set_xlabel("training time (minutes of the budget's clock: steps only)")
     axes.set_ylabel(f"validation gap to PyVRP (%){', log scale' if scale == 'log' else ''}")
     axes.set_title("Time to quality (mean over seeds; band: lowest to highest seed)")
