@@ -10,7 +10,9 @@ line naming the folders looked in and the variable to set; it never skips. From 
 Tiny models (``tiny_configs``, ``tiny_policy``, ``tiny_checkpoint``): one small network size for
 every test whose claim does not depend on width (exact equalities, invariances, feasibility);
 ``tiny_policy_model`` is one as linc's MLflow pyfunc model, and ``served_model`` runs a real
-``mlflow models serve`` of a model on loopback.
+``mlflow models serve`` of a model on loopback. The model tests drive them with
+``make_instances`` (a float64 batch of any problem), ``rollout_inputs`` (z and forced starts as
+a config's rollout takes them) and ``drive`` (the decoding loop, every step's scores exposed).
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ import sys
 import time
 import urllib.request
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch import Tensor
 
 from linc_core.config import ModelConfig, TrainConfig
+from linc_core.instances import Instance
 from linc_core.instances.benchmarks import data_dir as resolve_data_dir
-from linc_core.model import LincPolicy
+from linc_core.model import LincPolicy, row_seeds, sample_z
 from linc_core.presets import preset_configs
+from linc_core.problems import generate_cvrp, generate_cvrptw_envelope, generate_tsp, make_env
 from linc_core.train.checkpoint import build_payload, save_checkpoint
 from orchestration.ray_session import init_ray, prefer_loopback
 
@@ -201,6 +206,64 @@ def tiny_policy(
     mode."""
     torch.manual_seed(seed)
     return LincPolicy(tiny_configs(preset, problem)[0]).to(dtype).eval()
+
+
+def make_instances(problem: str, batch: int, size: int, seed: int) -> Instance:
+    """``size`` customers (CVRP/CVRPTW) or cities (TSP), float64."""
+    if problem == "cvrptw":
+        instance = generate_cvrptw_envelope(batch, size, seed)
+    elif problem == "cvrp":
+        instance = generate_cvrp(batch, size, seed, capacity=20.0)
+    else:
+        instance = generate_tsp(batch, size, seed)
+    return instance.to(dtype=torch.float64)
+
+
+def rollout_inputs(
+    policy: LincPolicy, batch: int, k: int, seed: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """(z, forced starts) as ``LincPolicy.rollout`` expects them for this config."""
+    z = None
+    if policy.config.z_dim > 0:
+        z = sample_z(row_seeds(seed, batch), k, policy.config.z_dim)
+    starts = None
+    if policy.config.z_dim == 0:  # POMO multi-start: rollout k starts at customer / city k + 1
+        starts = torch.arange(1, k + 1).expand(batch, k).clone()
+    elif policy.config.problem == "tsp":
+        starts = torch.zeros(batch, k, dtype=torch.long)
+    return z, starts
+
+
+def drive(
+    policy: LincPolicy,
+    instance: Instance,
+    k: int,
+    z: Tensor | None,
+    starts: Tensor | None,
+    choose: Callable[[int, Tensor, Tensor], Tensor],
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The decoding loop of ``LincPolicy.rollout``, exposing every step.
+
+    ``choose(step, log_probs, mask) -> action``. Returns, per step, (raw scores u, log-probs,
+    mask) of the state the action was chosen in.
+    """
+    env = make_env(instance, k)
+    cache, time_scale = policy.encode(instance)
+    state = env.reset()
+    if starts is not None:
+        assert bool(state.mask.gather(-1, starts.unsqueeze(-1)).all())
+        state = env.step(state, starts)
+    records = []
+    for step in range(env.max_steps):
+        if bool(state.finished.all()):
+            break
+        scores = policy.step_scores(env, state, cache, time_scale, z)
+        log_probs = policy.log_probs(scores, state.mask)
+        action = choose(step, log_probs, state.mask)
+        records.append((scores, log_probs, state.mask))
+        state = env.step(state, action)
+    assert bool(state.finished.all())
+    return records
 
 
 def tiny_checkpoint(path: Path, preset: str = "full_linc", problem: str = "cvrptw") -> Path:

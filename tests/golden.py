@@ -12,9 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 GOLDEN_DIR_ENV = "LINC_GOLDEN_DIR"
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec" / "golden"
+# The reference's full_linc CVRPTW weights, the model linc_model_golden.json was recorded with.
+REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
 
 
 def golden_path(name: str) -> Path:
@@ -35,3 +38,8 @@ def golden_path(name: str) -> Path:
 def load_golden(name: str) -> dict:
     """The parsed golden JSON file ``name`` (see ``golden_path``)."""
     return json.loads(golden_path(name).read_text())
+
+
+def reference_state_dict() -> dict[str, torch.Tensor]:
+    """The reference's own state dict of ``REFERENCE_STATE_DICT`` (its key names)."""
+    return torch.load(golden_path(REFERENCE_STATE_DICT), weights_only=True)
