@@ -13,9 +13,7 @@ import torch
 
 from linc_core.train.checkpoint import save_checkpoint
 from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
-from tests.golden import golden_path
-
-REFERENCE_STATE_DICT = "linc_cvrptw_full_linc_random_state_dict.pt"
+from tests.golden import REFERENCE_STATE_DICT, golden_path
 
 
 class _Trap:
