@@ -27,7 +27,7 @@ import yaml
 
 from faults.servers import LOOPBACK, free_port, process_tree, stop_group
 from orchestration.tracking.ui_app import DEFAULT_WORKFLOW_SCRIPT
-from tests.test_infra_hardening import (
+from tests.infra.test_hardening import (
     CLUSTER_YAML,
     MLFLOW,
     RAY_MANIFESTS,

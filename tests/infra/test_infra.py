@@ -4,7 +4,7 @@ image equal pyproject's.
 The cluster launcher config goes through Ray's own `prepare_config` + `validate_config` (what
 `ray up` runs before it talks to AWS), and the KubeRay RayCluster through Ray's own translation of
 a RayCluster into an autoscaling config (what the autoscaler sidecar runs). A real local cluster
-autoscaling 0 -> 1 -> 0 worker for a job: tests/test_infra_autoscaling.py.
+autoscaling 0 -> 1 -> 0 worker for a job: tests/infra/test_autoscaling.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 CLUSTER_YAML = INFRA / "aws" / "cluster.yaml"
 RAYCLUSTER_YAML = INFRA / "kuberay" / "raycluster.yaml"

@@ -3,7 +3,7 @@
 ``config`` or a value derived from it, counting the modules it enters and the returns to a
 module it had left.
 
-    python -m tests.config_walk     # the walk's path, the modules and the returns
+    python -m tests.walk.config_walk     # the walk's path, the modules and the returns
 
 The walk reads the code (no import, no run): in each function it follows, a name is tainted
 once it is assigned from an expression holding a tainted name (``spec = config.ablation``,
@@ -16,8 +16,8 @@ error a ``raise`` builds is not followed (its arguments are). A definition is re
 reader would: the first call that reaches a definition in module B from module A != B is one
 entry into B and one return to A; later calls of it are not followed again.
 
-The walk through one function body is tests/config_walk_body.py; the guard on the figures
-(the limits and their history) is tests/test_config_walk.py.
+The walk through one function body is tests/walk/body.py; the guard on the figures
+(the limits and their history) is tests/walk/test_config_walk.py.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.config_walk_body import Body
 from tests.test_layout import module_files
+from tests.walk.body import Body
 
 START = ("orchestration.experiment.ablation", "run_ablation", "config")
 DRIVER = ("orchestration", "sweeps")  # the layers walked; linc_core's calls are the science's

@@ -1,13 +1,13 @@
 """The guard on how far a reader travels to follow a sweep's config: the walk of
-tests/config_walk.py from ``orchestration.experiment.ablation.run_ablation`` stays within the
+tests/walk/config_walk.py from ``orchestration.experiment.ablation.run_ablation`` stays within the
 limits below, and the walk itself can fail.
 
-    python -m tests.test_config_walk     # the walk's path, the modules and the returns
+    python -m tests.walk.test_config_walk     # the walk's path, the modules and the returns
 """
 
 from __future__ import annotations
 
-from tests.config_walk import load, main, returns_by_module, walk
+from tests.walk.config_walk import load, main, returns_by_module, walk
 
 # Measured after issue 35 (one Sweep, SweepFolder, SweepRuns): 26 modules, 31 returns; before
 # it 25 and 31 (the walk follows the config into every room the sweep uses: storage, seal,

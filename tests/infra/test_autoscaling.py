@@ -3,7 +3,7 @@
 The autoscaling scenario runs a real Ray head on 127.0.0.1 in subprocesses (own temp dir, ports,
 token; never `ray.init` in this process, so the session-wide `ray_session` fixture is untouched),
 with the fake multi-node provider shipped in Ray, whose "nodes" are extra raylets on this machine.
-The static checks of infra/'s configs: tests/test_infra.py.
+The static checks of infra/'s configs: tests/infra/test_infra.py.
 """
 
 from __future__ import annotations

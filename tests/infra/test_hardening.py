@@ -2,7 +2,7 @@
 runs unprivileged with a read-only root, both images end as a fixed non-root user, and the
 NetworkPolicies let each Pod be reached only by what needs it (an evaluator of Kubernetes'
 NetworkPolicy rules over the shipped manifests). The EC2 security groups:
-tests/test_infra_aws.py; the tracking server's TLS and login: tests/test_infra_tracking_server.py.
+tests/infra/test_aws.py; the tracking server's TLS and login: tests/infra/test_tracking_server.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 CLUSTER_YAML = INFRA / "aws" / "cluster.yaml"
 SECURITY_GROUPS = INFRA / "aws" / "security-groups.yaml"

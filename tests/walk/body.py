@@ -1,4 +1,4 @@
-"""The walk of tests/config_walk.py through one function body: which names hold config (are
+"""The walk of tests/walk/config_walk.py through one function body: which names hold config (are
 tainted), the linc classes of names, and the calls it follows (``Walk.call``) in evaluation order.
 """
 
@@ -8,7 +8,7 @@ import ast
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tests.config_walk import Walk
+    from tests.walk.config_walk import Walk
 
 
 class Body:

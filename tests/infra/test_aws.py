@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from tests.test_infra_hardening import CLUSTER_YAML, SECURITY_GROUPS
+from tests.infra.test_hardening import CLUSTER_YAML, SECURITY_GROUPS
 
 SSH_CIDR = "203.0.113.7/32"
 
