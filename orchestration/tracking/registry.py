@@ -257,7 +257,8 @@ def register_run(
     tracking: TrackingTarget, run_id: str, name: str, tags: dict[str, str] | None = None
 ) -> str:
     """Log trial run ``run_id``'s final checkpoint (its ``checkpoint`` tag) as a pyfunc model
-    on that run and register it as ``name``; returns the new version.
+    on that run and register it as ``name``; returns the new version, or the version that
+    already holds this run's checkpoint (a re-run registers nothing new; ``tags`` are set on it).
 
     Raises:
         LookupError: the run has no ``checkpoint`` tag, which linc's sweep driver puts on each
@@ -293,6 +294,11 @@ def register_run(
     for metric in (EVAL_COST, EVAL_INFEASIBLE, VALIDATION_COST):
         if metric in run.data.metrics:
             described[metric] = f"{run.data.metrics[metric]:.4f}"
+    existing = registered_version(client, name, run_id, checkpoint)
+    if existing is not None:  # a re-run registers nothing new: the same checkpoint, one version
+        for key, value in (tags or {}).items():
+            client.set_model_version_tag(name, existing, key, value)
+        return existing
     problem = run.data.tags.get("problem") or run.data.params.get("data.problem") or "cvrptw"
     with tempfile.TemporaryDirectory(prefix="linc-register-") as folder:
         path = _checked_copy(checkpoint, _sweep_storage(client, run), Path(folder))
@@ -317,6 +323,18 @@ def register_run(
     return version
 
 
+def registered_version(client: Any, name: str, run_id: str, checkpoint: str) -> str | None:
+    """The version of ``name`` already holding run ``run_id``'s ``checkpoint`` (the newest if
+    several), else None. A resumed sweep that ended on a later checkpoint gets a new version."""
+    versions = [
+        v
+        for v in client.search_model_versions(f"run_id='{run_id}'")
+        if v.name == name and v.status == "READY" and v.tags.get("checkpoint") == checkpoint
+    ]
+    newest = max((int(v.version) for v in versions), default=None)
+    return None if newest is None else str(newest)
+
+
 def _requirements() -> list[str]:
     """What the model needs besides its code (for a server that builds its own environment)."""
     from importlib.metadata import version
@@ -333,6 +351,7 @@ __all__ = [
     "checkpoint_in_storage",
     "input_example",
     "register_run",
+    "registered_version",
     "signature",
     "usage",
 ]

@@ -16,6 +16,7 @@ from linc_core.instances import read_solomon
 from linc_core.train.data import generate
 from linc_core.verify import verify_instance
 from orchestration.experiment.ablation import run_ablation
+from orchestration.tracking.registry import registered_version
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
 from tests.conftest import answer_json, served_model
@@ -151,6 +152,16 @@ def test_linc_report_registers_a_chosen_run(registered, capsys) -> None:
     assert report_main(args) == 0
     assert "as models:/chosen/1" in capsys.readouterr().out
     assert client.get_model_version("chosen", "1").tags["variant"] == "baseline"
+    # the same command again: the version that holds this checkpoint, no second one
+    assert report_main(args) == 0
+    assert "as models:/chosen/1" in capsys.readouterr().out
+    assert [str(v.version) for v in client.search_model_versions("name='chosen'")] == ["1"]
+    # a resumed sweep that ended on a later checkpoint of the run would get a new version
+    checkpoint = baseline.data.tags["checkpoint"]
+    held = registered_version(client, "chosen", baseline.info.run_id, checkpoint)
+    assert held == "1"
+    assert registered_version(client, "chosen", baseline.info.run_id, checkpoint + "x") is None
+    assert registered_version(client, "other", baseline.info.run_id, checkpoint) is None
     assert report_main(["register", "--tracking-uri", uri, "--run", "nope", "--name", "x"]) == 2
     # a trial of a sweep that never ended has no final checkpoint tag: the line says what to do
     client.delete_tag(baseline.info.run_id, "checkpoint")
