@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter
 
 from linc_core.metrics import TRAIN_SECONDS, VALIDATION_COST
 from linc_core.presets import PRESETS
@@ -131,6 +130,8 @@ def time_to_quality_chart(
     scale = gap_axis_scale(drawn)
     axes.set_yscale(scale)
     if scale == "log":
+        from matplotlib.ticker import FuncFormatter  # drawn only here, as figures.py does
+
         axes.grid(True, which="both", axis="y", alpha=0.3)
         plain = FuncFormatter(lambda value, _: f"{value:g}")  # 20, not 2 x 10^1
         axes.yaxis.set_major_formatter(plain)
