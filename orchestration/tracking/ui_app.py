@@ -44,20 +44,45 @@ DEFAULT_WORKFLOW_SCRIPT = (
 # The first time this browser opens an experiment's runs page in model-training mode without a
 # view in its address, and the experiment has linc's saved view, open that view instead (its
 # share link). MLflow's router moves by history.pushState (no hashchange): both are watched.
+# MLflow applies a share link only to an address without its search facets (VIEW_FACETS), so
+# those are dropped from the redirect. The experiment counts as opened once MLflow has applied
+# the view (share key and facets in the address together), not when linc redirects: MLflow can
+# write its default facets over the redirect from a location it read before it (a race seen on
+# a loaded machine), and the view is then opened again (at most three redirects a page load).
+# The redirect is built from the address when the experiment's tags arrive, and skipped if the
+# user has left that experiment's runs page by then.
+VIEW_FACETS = (
+    "searchFilter",
+    "orderByKey",
+    "orderByAsc",
+    "startTime",
+    "lifecycleFilter",
+    "modelVersionFilter",
+    "datasetsFilter",
+)
+_FACETS = "[" + ",".join(f"'{facet}'" for facet in VIEW_FACETS) + "]"
 FIRST_VIEW_SCRIPT = (
-    "<script>(function(){var V='linc-runs',S='linc.viewOpened.';function linc(){"
-    "var m=location.hash.match(/^#\\/experiments\\/(\\d+)(\\/runs)?\\/?(\\?.*)?$/);"
-    "if(!m)return;var q=new URLSearchParams((m[3]||'').slice(1)),w=q.get('workflowType');"
-    "if(q.has('viewStateShareKey')||(w&&w!==" + _VALUE + "))return;var id=m[1];"
-    "try{if(!w&&localStorage.getItem(" + _KEY + ")!==JSON.stringify(" + _VALUE + "))return;"
-    "if(localStorage.getItem(S+id))return;localStorage.setItem(S+id,'1')}catch(e){return}"
+    "<script>(function(){var V='linc-runs',S='linc.viewOpened.',F=" + _FACETS + ",busy={},"
+    "tries={};function at(){var m=location.hash.match("
+    "/^#\\/experiments\\/(\\d+)(\\/runs)?\\/?(\\?.*)?$/);"
+    "return m&&{id:m[1],q:new URLSearchParams((m[3]||'').slice(1))}}"
+    "function linc(){var a=at();if(!a)return;var q=a.q,w=q.get('workflowType'),id=a.id;"
+    "if(w&&w!==" + _VALUE + ")return;if(q.has('viewStateShareKey')){"
+    "if(F.some(function(k){return q.has(k)}))try{localStorage.setItem(S+id,'1')}catch(e){}"
+    "return}try{if(!w&&localStorage.getItem(" + _KEY + ")!==JSON.stringify(" + _VALUE + "))"
+    "return;if(localStorage.getItem(S+id))return}catch(e){return}"
+    "if(busy[id]||(tries[id]=(tries[id]||0)+1)>3)return;busy[id]=1;"
     "fetch('ajax-api/2.0/mlflow/experiments/get?experiment_id='+id).then(function(r){"
-    "return r.json()}).then(function(d){var t={};((d.experiment&&d.experiment.tags)||[])"
-    ".forEach(function(x){t[x.key]=x.value});var v=t['linc.view'];"
-    "if(!v||!t['mlflow.sharedViewState.'+v])v=V;if(!t['mlflow.sharedViewState.'+v])return;"
-    "q.set('viewStateShareKey',v);if(!q.has('workflowType'))q.set('workflowType',"
-    f"{_VALUE});location.replace('#/experiments/'+id+'/runs?'+q.toString())}})"
-    ".catch(function(){})};"
+    "return r.json()}).then(function(d){busy[id]=0;var t={};"
+    "((d.experiment&&d.experiment.tags)||[]).forEach(function(x){t[x.key]=x.value});"
+    "var v=t['linc.view'];if(!v||!t['mlflow.sharedViewState.'+v])v=V;"
+    "if(!t['mlflow.sharedViewState.'+v])return;var now=at();"
+    "if(!now||now.id!==id||now.q.has('viewStateShareKey'))return;q=now.q;"
+    "if(q.get('workflowType')&&q.get('workflowType')!==" + _VALUE + ")return;"
+    "F.forEach(function(k){q.delete(k)});q.set('viewStateShareKey',v);"
+    "if(!q.has('workflowType'))q.set('workflowType'," + _VALUE + ");"
+    "location.replace('#/experiments/'+id+'/runs?'+q.toString())})"
+    ".catch(function(){busy[id]=0})};"
     "['pushState','replaceState'].forEach(function(n){var f=history[n];"
     "history[n]=function(){var r=f.apply(this,arguments);setTimeout(linc,0);return r}});"
     "window.addEventListener('hashchange',linc);linc()})()</script>"

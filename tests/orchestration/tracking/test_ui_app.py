@@ -185,6 +185,30 @@ def test_a_searchs_experiment_shows_its_trials_by_number(linc_ui, chromium):
         page.context.close()
 
 
+def test_a_first_visit_whose_address_has_mlflows_default_facets_still_opens_the_view(
+    linc_ui, chromium
+):
+    """MLflow can write its default facets over linc's redirect (read from the address before
+    it): the page lands where this test starts, and linc opens the view again, without them."""
+    experiment_id = MlflowClient(tracking_uri=linc_ui).get_experiment_by_name("linc-hpo")
+    defaults = (
+        "workflowType=machine_learning&searchFilter=&orderByKey=attributes.start_time"
+        "&orderByAsc=false&startTime=ALL&lifecycleFilter=Active&modelVersionFilter=All+Runs"
+    )
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{linc_ui}/#/experiments/{experiment_id.experiment_id}/runs?{defaults}")
+        page.wait_for_url(re.compile(r"viewStateShareKey=sweep-hpo-smoke"), timeout=60_000)
+        # applied: the trials flat (not folded under their parent), the search's sort
+        page.get_by_text(re.compile(r"^#000 learning_rate=")).wait_for(timeout=60_000)
+        page.wait_for_url(re.compile(r"orderByKey=metrics.%60validation_cost%60"), timeout=30_000)
+        key = f"linc.viewOpened.{experiment_id.experiment_id}"
+        page.wait_for_function(f"localStorage.getItem('{key}') === '1'", timeout=30_000)
+    finally:
+        context.close()
+
+
 def test_the_model_version_page_says_how_to_load_the_model(linc_ui, chromium):
     context = chromium.new_context(viewport={"width": 1400, "height": 1200})
     page = context.new_page()
