@@ -77,9 +77,13 @@ def init_ray(
             include_dashboard=False,
             **options,
         )
-    from orchestration.experiment.ray_compat import drop_ray_root_handler
+    from orchestration.experiment.ray_compat import (
+        drop_ray_root_handler,
+        quiet_ignored_worker_exits,
+    )
 
     drop_ray_root_handler()
+    quiet_ignored_worker_exits()
     return True
 
 

@@ -8,6 +8,8 @@ mends and where Ray does it).
   the console at every start: the notice is dropped, authentication stays on;
 * :func:`drop_ray_root_handler`: Ray's logging config prints every record of the driver's own
   loggers a second time, in Ray's format;
+* :func:`quiet_ignored_worker_exits`: a worker whose SIGTERM lands in a weakref callback prints
+  an ignored ``SystemExit`` traceback, which the driver forwarded to the console;
 * :func:`patient_actor_reuse`: a reused trial process waits long enough for the last trial;
 * :func:`keep_aws_keys_out_of_trials`: Tune copies the driver's ``AWS_*`` keys into each trial's
   ``runtime_env``, which Ray's agent writes into a log every user of the node can read;
@@ -46,6 +48,7 @@ from orchestration.experiment.ray_compat.logs import (
     SaidByLincFilter,
     SyncFailureFilter,
     drop_ray_root_handler,
+    quiet_ignored_worker_exits,
     quiet_token_auth_notice,
     quiet_tune,
 )
@@ -313,6 +316,7 @@ __all__ = [
     "follow_current_storage",
     "handle_memory_kills",
     "keep_aws_keys_out_of_trials",
+    "quiet_ignored_worker_exits",
     "quiet_token_auth_notice",
     "patient_actor_reuse",
     "quiet_tune",

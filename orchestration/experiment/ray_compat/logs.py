@@ -1,7 +1,8 @@
 """The pinned Ray's log lines linc rewrites or drops (part of :mod:`..ray_compat`, the
 workarounds of the pinned Ray): Tune's console quieted, two tracebacks of conditions linc mends
 as one warning line each, the lines linc's console says itself dropped, Ray's token notice
-dropped, and Ray's root handler that printed the driver's own records twice."""
+dropped, Ray's root handler that printed the driver's own records twice, and the traceback a
+worker prints when its SIGTERM lands in a weakref callback."""
 
 from __future__ import annotations
 
@@ -148,3 +149,58 @@ __all__ = [
     "quiet_token_auth_notice",
     "quiet_tune",
 ]
+
+
+IGNORED_EXIT_OPENING = "Exception ignored in:"
+
+
+def without_ignored_exits(lines: list[str]) -> list[str]:
+    """``lines`` (one batch of a worker's output) without the tracebacks of an exit Python
+    ignored: ``Exception ignored in: ...``, ``Traceback ...``, the indented frames, and a last
+    line ``SystemExit: N``. Any other ignored exception keeps its traceback."""
+    kept: list[str] = []
+    at = 0
+    while at < len(lines):
+        end = at
+        opening = lines[at].startswith(IGNORED_EXIT_OPENING) and at + 1 < len(lines)
+        if opening and lines[at + 1].startswith("Traceback (most recent call last)"):
+            end = at + 2
+            while end < len(lines) and lines[end].startswith((" ", "\t")):
+                end += 1
+        if end > at and end < len(lines) and lines[end].startswith("SystemExit"):
+            at = end + 1
+            continue
+        kept.append(lines[at])
+        at += 1
+    return kept
+
+
+def quiet_ignored_worker_exits() -> None:
+    """Drop from the workers' forwarded output the traceback of a SIGTERM that landed while the
+    worker ran a weakref callback.
+
+    A Ray worker's SIGTERM handler raises ``SystemExit(1)`` (``worker.main_loop``); Ray sends
+    it when it stops idle or finished workers. When the signal arrives inside a weakref callback
+    (a ``WeakSet``'s ``_remove`` during garbage collection), Python cannot raise there: it prints
+    ``Exception ignored in: ...`` with a traceback ending ``SystemExit: 1`` and goes on, and the
+    driver forwards those lines to the console at the end of a sweep that finished well (seen
+    once in a fault-matrix run). Only that block is dropped, within one batch of lines (the
+    lines a worker writes at once arrive together); every other line and traceback stays.
+    Installed on the dispatcher of every batch of worker output (``ray_logging``), once."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    emit = dispatcher.emit
+    if getattr(emit, "drops_ignored_exits", False):
+        return
+
+    def emit_without_ignored_exits(data: dict[str, Any]) -> None:
+        lines = data.get("lines")
+        if isinstance(lines, list) and any(IGNORED_EXIT_OPENING in str(x) for x in lines):
+            kept = without_ignored_exits([str(x) for x in lines])
+            if not kept:
+                return
+            data = data | {"lines": kept}
+        emit(data)
+
+    emit_without_ignored_exits.drops_ignored_exits = True
+    dispatcher.emit = emit_without_ignored_exits
