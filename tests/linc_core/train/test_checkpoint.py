@@ -11,7 +11,12 @@ import torch
 from linc_core.commands.train import main as linc_train
 from linc_core.model import LincPolicy
 from linc_core.train import GeneratedData, fit
-from linc_core.train.checkpoint import RESUMABLE_CHANGES
+from linc_core.train.checkpoint import (
+    RESUMABLE_CHANGES,
+    RESUME_STATE,
+    load_checkpoint,
+    save_weights_copy,
+)
 from linc_core.utils.tensor_file import CheckpointError
 from tests.conftest import tiny_configs
 
@@ -95,3 +100,21 @@ def test_a_resume_keeps_the_clock_its_budget_counts_on(one_epoch, tmp_path, caps
     resume = ["--resume", str(tmp_path / "cpu" / "latest.pt")]
     assert linc_train([*_flags(epochs=2), "--minutes", "6", *resume]) == 0
     assert '"budget_clock": "cpu"' in capsys.readouterr().out  # the effective settings printed
+
+
+def test_a_weights_copy_evaluates_as_its_run_and_refuses_to_resume(one_epoch, tmp_path) -> None:
+    checkpoint, model, config = one_epoch
+    copy = save_weights_copy(checkpoint, tmp_path / "weights.pt")
+    full, weights = load_checkpoint(checkpoint), load_checkpoint(copy)  # both verified
+    assert copy.stat().st_size < 0.6 * checkpoint.stat().st_size  # Adam's two moments gone
+    assert weights["model_config"] == model and weights["train_config"] == config
+    assert weights["model_state"].keys() == full["model_state"].keys()
+    assert all(torch.equal(v, full["model_state"][k]) for k, v in weights["model_state"].items())
+    assert (
+        (weights["epoch"], weights["global_step"]) == (full["epoch"], full["global_step"]) == (1, 2)
+    )
+    assert weights["history"] == full["history"]
+    assert all(weights[key] is None for key in RESUME_STATE)
+    assert full["optimizer_state"] is not None
+    with pytest.raises(CheckpointError, match=r"weights\.pt: weights only .* after 2 steps.*warm"):
+        _resume(copy, model, config)
