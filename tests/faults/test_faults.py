@@ -45,6 +45,9 @@ def test_unreachable_tracking_store_is_refused_in_one_line_before_anything_runs(
     assert row.outcome.endswith("does not answer (Connection refused)")
 
 
+# The fault matrix's row 'SIGTERM to a trial' runs this scenario at every landing (``make
+# faults``, in CI after the tests); here it adds its finer checks to ``make test-all``.
+@pytest.mark.slow
 def test_sigterm_to_a_trial_checkpoints_its_step_and_the_retry_finishes_it(tmp_path):
     row = scenarios.trial_sigterm(tmp_path, epochs=60)
     assert row.ok, (row.outcome, row.notes)
