@@ -36,7 +36,6 @@ def test_the_model_card_names_the_shipped_files_checksum_and_position() -> None:
 
 
 def test_the_shipped_model_solves_solomon_far_better_than_its_untrained_weights(data_dir) -> None:
-    torch.set_num_threads(1)
     benchmark = load_benchmark("solomon100", root=data_dir)
     mixed = [i for i in benchmark.instances if i.names[0] in MIXED]
     config = DecodeConfig(method="greedy", num_z=8, augment=8, seed=0)
