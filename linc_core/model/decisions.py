@@ -13,7 +13,6 @@ its CPU saving around it (rollouts with one feasible action left out of the mode
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import torch
@@ -21,16 +20,16 @@ from torch import Tensor
 
 from linc_core.model.sampling import Pick
 from linc_core.model.types import Encoded, ScoringPolicy, StepInputs, Trajectory, morph_scores
-from linc_core.problems.packing import first_where, prunes_rows
+from linc_core.problems.packing import first_true, first_where, prunes_rows
 from linc_core.problems.protocol import RolloutState, RoutingEnv, StateT
-from linc_core.utils.compiling import compile_step
+from linc_core.utils.compiling import compile_step, mask_values, read_mask_values
 
 
 def decide_all(
     chooser: PolicyChooser,
     state: RolloutState,
     step: int | Tensor,
-    mask_bytes: Tensor | None = None,
+    mask: Tensor | None = None,
     z: Tensor | None = None,
     positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -40,15 +39,14 @@ def decide_all(
     A forced rollout (finished ones included) gets its one action with log-probability 0.
 
     Args:
-        mask_bytes: ``state.mask`` viewed as uint8, read in its place (a compiled step on CPU:
-            torch 2.13's inductor reads a bool tensor in vectorised loops about 10x slower
-            than bytes, ``linc_core.utils.compiling.SCALAR_LOOPS``; the same values).
+        mask: ``state.mask`` as 0/1 floats, read in its place (a compiled step on CPU, whose
+            vectorised loops read floats several times faster than bools:
+            ``linc_core.utils.compiling.mask_values``); None: ``state.mask``.
         z: the z-vectors of ``state``'s rollouts (default: the chooser's).
         positions: ``[B, K]`` which of the chooser's rollouts ``state`` holds (a packed
             selection; the sampler's noise follows the rollout), None: all, in order.
     """
-    if mask_bytes is not None:
-        state = dataclasses.replace(state, mask=mask_bytes != 0)
+    state = read_mask_values(state, mask)
     _, log_probs, base = chooser.evaluate(state, z)
     action = chooser.pick(log_probs.detach(), step, positions)
     return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), base
@@ -169,14 +167,14 @@ class PolicyChooser:
         else:
             width = k
         # A compiled step takes the decision index as a tensor (one graph for every step) and
-        # the mask as bytes (``decide_all``).
+        # the mask as floats (``decide_all``).
         at = torch.full((), step, device=state.mask.device) if self.compiled else step
         if width == k:
-            mask_bytes = state.mask.view(torch.uint8) if self.compiled else None
-            action, chosen, base = self._decide(self, state, at, mask_bytes, self.z)
+            mask = mask_values(state.mask) if self.compiled else None
+            action, chosen, base = self._decide(self, state, at, mask, self.z)
         else:
             # The one feasible action of a forced rollout (the first feasible node).
-            action = state.mask.to(torch.uint8).argmax(-1)
+            action = first_true(state.mask)
             chosen, base = None, None
             if width > 0:
                 # Rollouts with a choice first; an instance with fewer pads with forced ones,
@@ -186,9 +184,9 @@ class PolicyChooser:
                 if self.z is not None:
                     z = self.z.gather(1, positions.unsqueeze(-1).expand(-1, -1, self.z.shape[-1]))
                 packed = state.select(positions)
-                mask_bytes = packed.mask.view(torch.uint8) if self.compiled else None
+                mask = mask_values(packed.mask) if self.compiled else None
                 decided, decided_log_prob, sub_base = self._decide(
-                    self, packed, at, mask_bytes, z, positions
+                    self, packed, at, mask, z, positions
                 )
                 action = action.scatter(1, positions, decided)
                 chosen = torch.zeros_like(choice, dtype=decided_log_prob.dtype).scatter(

@@ -34,7 +34,7 @@ from linc_core.model.decoder import DecoderCache
 from linc_core.model.types import ScoringPolicy, Trajectory, morph_scores
 from linc_core.problems.packing import first_where
 from linc_core.problems.protocol import RolloutState, RoutingEnv
-from linc_core.utils.compiling import compile_step
+from linc_core.utils.compiling import compile_step, mask_values, read_mask_values
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,17 @@ def chunk_log_likelihood(
     weight: Tensor,
     z: Tensor | None,
     morph: tuple[Tensor, float] | None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """``sum weight * log p(action)`` of packed decisions ``[B, M]`` (pure tensor code).
 
     Args:
         state: the decision states (every field ``[B, M, ...]``); action, weight: ``[B, M]``.
         z: ``[B, M, z_dim]`` or None. morph: (``[B, M, N]`` base scores, lambda) or None.
+        mask: ``state.mask`` as 0/1 floats, read in its place (a compiled pass on CPU:
+            ``linc_core.utils.compiling.mask_values``); None: ``state.mask``.
     """
+    state = read_mask_values(state, mask)
     inputs = policy.step_inputs(env, state, time_scale, cache.embeddings.dtype)
     scores = policy.scores(inputs, cache, z, env.instance.has_depot)
     if morph is not None:
@@ -166,16 +170,18 @@ def _chunk_sums(
         morph = None
         if decisions.morph_base_scores is not None:
             morph = (decisions.morph_base_scores[:, start:stop], trajectory.morph_lambda)
+        state = decisions.state.rollout_range(start, stop)
         yield forward(
             policy,
             trajectory.env,
             trajectory.time_scale,
             cache,
-            decisions.state.rollout_range(start, stop),
+            state,
             decisions.action[:, start:stop],
             decisions.weight[:, start:stop],
             None if decisions.z is None else decisions.z[:, start:stop],
             morph,
+            mask_values(state.mask) if compiled else None,
         )
 
 

@@ -63,4 +63,14 @@ def first_where(keep: Tensor, width: int) -> Tensor:
     return torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)[:, :width]
 
 
-__all__ = ["choice_rows", "first_where", "prunes_rows", "scatter_rows"]
+def first_true(mask: Tensor) -> Tensor:
+    """``[...]`` int64: the index of the first True of each row of ``mask`` ``[..., N]``, 0 in a
+    row without one: ``mask.to(torch.uint8).argmax(-1)``'s values (a forced rollout's one
+    feasible action). A max over ``mask`` times the countdown N..1, because torch 2.13's CPU
+    argmax over bytes is the slower kernel: 0.70 ms against 0.10 ms over [16, 128, 101]."""
+    n = mask.shape[-1]
+    countdown = torch.arange(n, 0, -1, dtype=torch.int32, device=mask.device)
+    return (n - (mask * countdown).amax(-1)).remainder(n).long()
+
+
+__all__ = ["choice_rows", "first_true", "first_where", "prunes_rows", "scatter_rows"]

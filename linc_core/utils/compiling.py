@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
 
 
 def uses_cuda_graphs(device: torch.device) -> bool:
@@ -49,6 +50,26 @@ def _copied(value: Any) -> Any:
         changes = {f.name: _copied(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **changes)
     return value
+
+
+# How a compiled step on CPU is handed a feasibility mask: as 0/1 floats, turned back into a bool
+# mask inside the graph (``read_mask_values``). torch 2.13's inductor reads bool and byte tensors
+# in its vectorised loops through a generic mask path; measured on one decision of 2048 rollouts
+# (full_linc, CVRPTW n=100): the feasible-set statistics' loop 2.45 ms from bytes, 0.39 ms from
+# floats; the attention mask 0.64 ms, 0.04 ms; the whole decision 19.3 ms, 16.2 ms (eager 22.7).
+MASK_VALUES_DTYPE = torch.float32
+
+
+def mask_values(mask: Tensor) -> Tensor:
+    """A bool ``mask`` as 0/1 floats, what a compiled step reads (``MASK_VALUES_DTYPE``)."""
+    return mask.to(MASK_VALUES_DTYPE)
+
+
+def read_mask_values(state: S, values: Tensor | None) -> S:
+    """``state`` (a dataclass with a ``mask``) with the mask ``values != 0`` (None: as it is)."""
+    if values is None:
+        return state
+    return dataclasses.replace(state, mask=values != 0)  # type: ignore[type-var]
 
 
 # Inductor's CPU code for a step of mostly boolean work (the environment's masks): scalar loops.
@@ -115,4 +136,4 @@ def compile_step(
     return replay  # type: ignore[return-value]
 
 
-__all__ = ["compile_step", "uses_cuda_graphs"]
+__all__ = ["compile_step", "mask_values", "read_mask_values", "uses_cuda_graphs"]

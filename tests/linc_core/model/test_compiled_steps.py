@@ -33,6 +33,7 @@ from linc_core.presets import PRESETS
 from linc_core.problems import make_env, random_feasible_actions
 from linc_core.problems.rollout import pomo_starts, start_rollouts
 from linc_core.train.data import generate
+from linc_core.utils.compiling import mask_values
 from tests.conftest import tiny_configs
 
 PROBLEMS = ("cvrptw", "cvrp", "tsp")
@@ -104,17 +105,15 @@ def test_the_decision_step_compiles_whole(preset: str, problem: str) -> None:
         pick = keyed_sampler(rollout_keys(row_seeds(2, BATCH), 0, ROLLOUTS))
         chooser = PolicyChooser(policy, env, encoded, z, pick, compiled=True)
         assert graph_breaks(decide_all, chooser, state, torch.tensor(4)) == []
-        # a packed decision: some rollouts of each instance, the mask read as bytes
+        # a packed decision: some rollouts of each instance, the mask read as floats
         positions = torch.tensor([[3, 1], [0, 2]])
         packed = state.select(positions)
         packed_z = (
             None if z is None else z.gather(1, positions.unsqueeze(-1).expand(-1, -1, z.shape[-1]))
         )
-        mask_bytes = packed.mask.view(torch.uint8)
+        mask = mask_values(packed.mask)
         step = torch.tensor(4)
-        assert (
-            graph_breaks(decide_all, chooser, packed, step, mask_bytes, packed_z, positions) == []
-        )
+        assert graph_breaks(decide_all, chooser, packed, step, mask, packed_z, positions) == []
         if preset == "full_linc":  # greedy, and score morphing
             chooser = PolicyChooser(policy, env, encoded, z, greedy, compiled=True)
             assert graph_breaks(decide_all, chooser, state, torch.tensor(4)) == []
@@ -165,6 +164,8 @@ def test_the_training_replay_compiles_whole(preset: str, problem: str) -> None:
         morph,
     )
     assert graph_breaks(chunk_log_likelihood, *args) == []
+    # as a compiled replay calls it: the mask read as floats
+    assert graph_breaks(chunk_log_likelihood, *args, mask_values(decisions.state.mask)) == []
 
 
 def policy_trajectory(policy, env, encoded, z, steps):

@@ -8,7 +8,13 @@ import dataclasses
 import torch
 
 from linc_core.problems.protocol import RolloutState
-from linc_core.utils.compiling import _copied, compile_step, uses_cuda_graphs
+from linc_core.utils.compiling import (
+    _copied,
+    compile_step,
+    mask_values,
+    read_mask_values,
+    uses_cuda_graphs,
+)
 
 
 def _double(x: torch.Tensor) -> torch.Tensor:
@@ -38,3 +44,21 @@ def test_outputs_kept_from_a_graph_replay_are_copies() -> None:
     for field in dataclasses.fields(state):
         original, copy = getattr(state, field.name), getattr(copied, field.name)
         assert torch.equal(copy, original) and copy.data_ptr() != original.data_ptr()
+
+
+def test_a_mask_read_as_floats_is_the_same_mask() -> None:
+    """A compiled step is handed the mask as 0/1 floats and reads back exactly the bools."""
+    mask = torch.tensor([[[True, False, True], [False, False, True]]])
+    state = RolloutState(
+        current=torch.zeros(1, 2, dtype=torch.long),
+        mask=mask,
+        finished=torch.zeros(1, 2, dtype=torch.bool),
+        length=torch.zeros(1, 2),
+    )
+    values = mask_values(mask)
+    assert values.dtype == torch.float32
+    assert values.tolist() == [[[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]]
+    read = read_mask_values(state, values)
+    assert read.mask.dtype == torch.bool and torch.equal(read.mask, mask)
+    assert read.current is state.current
+    assert read_mask_values(state, None) is state
