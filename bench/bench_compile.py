@@ -43,6 +43,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -70,14 +71,19 @@ MATRIX_KERNELS = (
 )
 
 
-def _interleaved(runners: dict[str, Callable[[int], float]], repeats: int) -> dict[str, float]:
-    """Median seconds of each runner over ``repeats`` rounds, the order rotating per round."""
+def _interleaved(
+    runners: dict[Any, Callable[[int], float]],
+    repeats: int,
+    statistic: Callable[[list[float]], float] = statistics.median,
+) -> dict[Any, float]:
+    """``statistic`` (median) of each runner's seconds over ``repeats`` rounds, the order
+    rotating per round (so a slow spell of the machine falls on every side)."""
     names = list(runners)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+    seconds: dict[Any, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             seconds[name].append(runners[name](r + 1))
-    return {name: statistics.median(values) for name, values in seconds.items()}
+    return {name: statistic(values) for name, values in seconds.items()}
 
 
 def _first_call(run: Callable[[int], float]) -> float:
@@ -244,16 +250,29 @@ def _gemm_rows(repeats: int) -> list[dict]:
     assert bool((state.mask.sum(-1) > 1).all())
     z = sample_z(row_seeds(1, BATCH), ROLLOUTS, model.z_dim)
     macs = decision_multiply_adds(model, n + 1) * rows_
-    found = {}
     with torch.no_grad():
         encoded = policy.encode(instance)
         pick = keyed_sampler(rollout_keys(row_seeds(2, BATCH), 0, ROLLOUTS))
-        for compiled in (False, True):
-            chooser = PolicyChooser(
+        choosers = {
+            compiled: PolicyChooser(
                 policy, env, encoded, z, pick, skip_forced=False, compiled=compiled
             )
-            seconds = min(_decision_seconds(chooser, state) for _ in range(repeats))
-            found[compiled] = (seconds, matrix_seconds(functools.partial(chooser, state), 5))
+            for compiled in (False, True)
+        }
+        # both sides interleaved (timings and profiles), the least of each side
+        timings = {
+            compiled: lambda _, chooser=chooser: _decision_seconds(chooser, state)
+            for compiled, chooser in choosers.items()
+        }
+        profiles = {
+            compiled: lambda _, chooser=chooser: matrix_seconds(
+                functools.partial(chooser, state), 5, repeats=1
+            )
+            for compiled, chooser in choosers.items()
+        }
+        seconds = _interleaved(timings, repeats, min)
+        matrix = _interleaved(profiles, 3, min)
+        found = {compiled: (seconds[compiled], matrix[compiled]) for compiled in choosers}
     rows = []
     for compiled, label in ((True, "compiled"), (False, "eager")):
         seconds, matrix = found[compiled]
