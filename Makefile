@@ -33,8 +33,8 @@ docs-serve: setup
 
 # The default run: lint, the docs, then every test not marked slow (bench's peer tests run in
 # make bench, which installs that peer). The tests run on TEST_WORKERS processes (pytest-xdist;
-# 0: one process): two take 14 minutes on 2 CPUs where one took 23. Each test starts its own
-# servers and Ray on free loopback ports, so workers share nothing but the CPUs.
+# 0: one process): two take 14 minutes on 2 CPUs where one took 23. Servers and Ray start per
+# test or per worker (session fixtures) on free loopback ports: workers share only the CPUs.
 TEST_WORKERS ?= 2
 
 test: lint docs
