@@ -14,7 +14,8 @@ import::
     lc.verify_instance(c101, 0, result.routes[0])
 
 The names below are the notebook's (configs, presets, the policy, ``fit`` and its data,
-``decode``, ``verify``, readers, checkpoints). They are imported on first use, so that
+``decode``, ``verify``, readers, checkpoints, and ``tune_cpu_allocator``, the process setting
+the command lines make). They are imported on first use, so that
 ``import linc_core.utils.typed`` (as the command lines do) does not load the model. The rest is
 grouped by concern: ``instances`` (the batch type, readers, Parquet, benchmark data),
 ``problems`` (environments, rollout engine, generators), ``model``, ``train``, ``decoding``,
@@ -51,6 +52,7 @@ _PUBLIC: dict[str, str] = {
     "read_instance": "linc_core.instances.any_file",
     "read_instance_text": "linc_core.instances.any_file",
     "load_benchmark": "linc_core.evaluate.benchmark_sets",
+    "tune_cpu_allocator": "linc_core.utils.runtime",
 }
 
 __all__ = ["__version__", *_PUBLIC]
