@@ -24,12 +24,10 @@
 # %%
 import dataclasses
 
-import matplotlib.pyplot as plt
-from IPython.display import Image
-
 import linc_core as lc
 from linc_core.evaluate.reporting import plot_routes
 from linc_core.instances.benchmarks import data_dir, load_bks
+from linc_core.utils.plotting import Picture, new_figure, png_bytes
 
 # %% [markdown]
 # On Linux, one call keeps freed tensor memory in the process for reuse, as the command lines
@@ -80,13 +78,15 @@ result = lc.fit(policy, train_config, data, validation=validation, callbacks=[lc
 
 # %%
 epochs = [record["epoch"] for record in result.history]
-figure, axes = plt.subplots(figsize=(6, 3))
+figure = new_figure(6, 3)
+axes = figure.add_subplot()
 axes.plot(epochs, [r["train_best_cost"] for r in result.history], marker="o", label="train best")
 axes.plot(epochs, [r["validation_cost"] for r in result.history], marker="s", label="validation")
 axes.set_xlabel("epoch")
 axes.set_ylabel("mean route length")
 axes.legend()
-plt.show()
+# A Picture carries its alternative text into the notebook's page (a screen reader reads it)
+Picture(png_bytes(figure), "Mean route length per epoch: best training rollout and validation")
 
 # %% [markdown]
 # ## Decoding benchmark instances
@@ -124,7 +124,11 @@ for name, (instance, decoded) in solved.items():
 
 # %%
 instance, decoded = solved["C101"]
-Image(plot_routes(instance, decoded.routes[0], f"C101: {float(decoded.cost[0]):.1f}"))
+cost = float(decoded.cost[0])
+Picture(
+    plot_routes(instance, decoded.routes[0], f"C101: {cost:.1f}"),
+    f"The decoded routes of Solomon C101 (cost {cost:.1f}), one colour a vehicle, depot in red",
+)
 
 # %% [markdown]
 # ## Where next
