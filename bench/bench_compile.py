@@ -11,7 +11,8 @@ median of the sides' rates. Rows:
   rollouts/s (target: compiled 1.5x eager);
 - ``train``: ``train_step`` of full_linc at 50% of training (best-only credit), CVRPTW n=50 and
   n=100, B=16, K=128, ``TrainConfig.compile`` on and off, samples/s; at n=50 also against
-  rl4co's PolyNet (``bench.bench_train``'s peer, target 3x);
+  rl4co's PolyNet on the same instances (``bench.bench_train``'s peer, target 3x), and per
+  decision (samples x decoding steps / s: the two policies' rollouts differ in length);
 - ``gemm``: the model arithmetic's share of this core's fp32 GEMM rate. The rate: the best
   ``torch.mm`` multiply-adds/s over the decision's own GEMM shapes and a square one, measured
   in the same run. The share: one decision of all B x K = 2048 rollouts (n=50, at the depot,
@@ -48,14 +49,19 @@ from typing import Any
 import torch
 
 from bench.bench_decode import _solomon
-from bench.bench_train import RL4CO_PEER, _plan, decision_multiply_adds, rl4co_step_seconds
+from bench.bench_train import (
+    RL4CO_PEER,
+    _ours_step_seconds,
+    _plan,
+    decision_multiply_adds,
+    rl4co_step_seconds,
+)
 from linc_core.config import ModelConfig
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.model import LincPolicy
 from linc_core.model.decisions import PolicyChooser
 from linc_core.model.sampling import keyed_sampler, rollout_keys, row_seeds, sample_z
 from linc_core.problems import make_env
-from linc_core.train import train_step
 from linc_core.train.data import generate
 
 BATCH, ROLLOUTS = 16, 128
@@ -142,32 +148,34 @@ def _decode_rows(repeats: int) -> list[dict]:
     ]
 
 
-def _train_runner(n: int, compiled: bool) -> Callable[[int], float]:
-    """One seeded full_linc ``train_step`` at 50% of training, returning its seconds."""
-    plan = _plan("full_linc", BATCH, ROLLOUTS, n)
-    config = dataclasses.replace(plan.train, compile=compiled)
-    torch.manual_seed(0)
-    policy = LincPolicy(plan.model)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4)
-    instance = generate("cvrptw", BATCH, n, 0)
-
-    def run(step: int) -> float:
-        began = time.perf_counter()
-        train_step(policy, optimizer, instance, config, 0.5, step)
-        return time.perf_counter() - began
-
-    return run
-
-
 def _train_rows(n: int, repeats: int, peer: bool) -> list[dict]:
-    runners = {"eager": _train_runner(n, False), "compiled": _train_runner(n, True)}
+    steps: dict[str, dict[str, int]] = {"compiled": {}, "rl4co": {}}
+    runners = {
+        "eager": _ours_step_seconds("full_linc", BATCH, ROLLOUTS, n, 0),
+        "compiled": _ours_step_seconds(
+            "full_linc", BATCH, ROLLOUTS, n, 0, decoding_steps=steps["compiled"], compile=True
+        ),
+    }
     if peer:
         sizes = _plan("full_linc", BATCH, ROLLOUTS, n).model
-        runners["rl4co"] = rl4co_step_seconds(BATCH, ROLLOUTS, n, 0, sizes)
+        runners["rl4co"] = rl4co_step_seconds(
+            BATCH, ROLLOUTS, n, 0, sizes, decoding_steps=steps["rl4co"]
+        )
     first = {name: _first_call(run) for name, run in runners.items()}
     # a second step: the replay's packed width changes, its one recompile (dynamic=None)
     warm = {name: _first_call(run) for name, run in runners.items()}
-    median = _interleaved(runners, repeats)
+    decision_rates: dict[str, list[float]] = {name: [] for name in runners if name in steps}
+
+    def counting_decisions(name: str, run: Callable[[int], float]) -> Callable[[int], float]:
+        def timed(step: int) -> float:
+            seconds = run(step)
+            decision_rates[name].append(BATCH * ROLLOUTS * steps[name]["last"] / seconds)
+            return seconds
+
+        return timed
+
+    timed = {name: counting_decisions(name, run) for name, run in runners.items() if name in steps}
+    median = _interleaved({**runners, **timed}, repeats)
     rate = {name: BATCH * ROLLOUTS / seconds for name, seconds in median.items()}
     compile_seconds = first["compiled"] + warm["compiled"] - 2 * median["compiled"]
     size = f"CVRPTW n={n}, B={BATCH}, K={ROLLOUTS}"
@@ -199,6 +207,22 @@ def _train_rows(n: int, repeats: int, peer: bool) -> list[dict]:
                 "ratio": rate["compiled"] / rate["rl4co"],
                 "target": RL4CO_TARGET,
                 "bound": bound,
+            }
+        )
+        # rl4co's own instances and untrained policy drive rollouts of another length, which
+        # shortens as it trains: seconds per decision are what neither changes
+        per_decision = {name: statistics.median(r) for name, r in decision_rates.items()}
+        rows.append(
+            {
+                "name": "  per decision: full_linc compiled vs rl4co PolyNet",
+                "ours": per_decision["compiled"],
+                "peer": per_decision["rl4co"],
+                "peer_name": (
+                    f"{RL4CO_PEER}, samples x decoding steps / s ({steps['compiled']['last']} "
+                    f"vs {steps['rl4co']['last']} steps)"
+                ),
+                "ratio": per_decision["compiled"] / per_decision["rl4co"],
+                "target": None,
             }
         )
     return rows

@@ -7,18 +7,24 @@ rl4co's own CVRPTW env at the same size, width and encoder/decoder sizes.
 One rl4co step is exactly what its Lightning training step runs, minus the Trainer:
 ``PolyNet.shared_step(batch, 0, "train")`` (env reset, policy forward with ``num_starts=k`` and
 ``multisample=True``, Poppy loss with the shared baseline and best-rollout mask), then
-``loss.backward()`` and an Adam step from ``PolyNet.configure_optimizers()``. Each side trains on
-its own generator's instances (the data its training sees); both run fp32 without gradient
+``loss.backward()`` and an Adam step from ``PolyNet.configure_optimizers()``. Both train on the
+same instances, linc's generator's batch converted for rl4co's env (``bench.bench_quality``'s
+``to_rl4co``; its test: every route set rl4co builds on one is feasible for linc), so a sample
+is the same work and rollout lengths differ only by the policies. (On rl4co's own generator's
+instances its untrained PolyNet took 75-84 decisions a rollout against full_linc's 67-69 on
+linc's, which raised the samples/s ratio by up to a quarter.) Both run fp32 without gradient
 clipping (rl4co's ``RL4COTrainer`` would clip at 1.0 and ask for 16-bit mixed precision).
 rl4co is installed for benchmarking only and is imported here, never by ``linc_core``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -29,7 +35,7 @@ from linc_core.runs.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
 
-RL4CO_PEER = "rl4co 0.7.0 PolyNet on rl4co CVRPTWEnv"
+RL4CO_PEER = "rl4co 0.7.0 PolyNet on rl4co CVRPTWEnv, linc's instances"
 
 
 def _plan(preset: str, batch: int, rollouts: int, n: int) -> RunPlan:
@@ -75,11 +81,13 @@ def _ours_step_seconds(
     train_preset: str | None = None,
     progress: float = 0.5,
     decoding_steps: dict[str, int] | None = None,
+    compile: bool = False,
 ) -> Callable[[int], float]:
     """A function running one seeded ``train_step`` of ``preset`` and returning its seconds.
 
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
-    ``progress`` is the point of training the step is taken at. ``decoding_steps["last"]`` is
+    ``progress`` is the point of training the step is taken at; ``compile`` sets
+    ``TrainConfig.compile``. ``decoding_steps["last"]`` is
     set to the decoding steps of the last step run (the rollouts' length, which differs between
     models: each step costs a decision of every rollout still to decide).
     """
@@ -87,6 +95,7 @@ def _ours_step_seconds(
     model, config = plan.model, plan.train
     if train_preset is not None:
         config = _plan(train_preset, batch, rollouts, n).train
+    config = dataclasses.replace(config, compile=compile)
     torch.manual_seed(seed)
     policy = LincPolicy(model)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4)
@@ -136,11 +145,32 @@ def _rl4co_polynet(batch: int, rollouts: int, n: int, seed: int, sizes: ModelCon
 
 
 def rl4co_step_seconds(
-    batch: int, rollouts: int, n: int, seed: int, sizes: ModelConfig, device: str = "cpu"
+    batch: int,
+    rollouts: int,
+    n: int,
+    seed: int,
+    sizes: ModelConfig,
+    device: str = "cpu",
+    decoding_steps: dict[str, int] | None = None,
 ) -> Callable[[int], float]:
     """A function running one PolyNet training step (as Lightning's loop would) in seconds, on
-    ``device`` (the GPU's queue drained before the clock stops)."""
-    _, model, data = _rl4co_polynet(batch, rollouts, n, seed, sizes)
+    ``device`` (the GPU's queue drained before the clock stops).
+
+    ``decoding_steps["last"]`` is set to the decoding steps of the last step run (rl4co's
+    ``env.step`` calls: one per decision of every rollout), as ``_ours_step_seconds`` does: an
+    untrained PolyNet's rollouts shorten as it trains (71 to 62-65 decisions over its first 12
+    training steps at n=50, 2.75 to 2.1-2.3 s), so its samples/s rises with them while its
+    seconds per decision stay put (34-39 ms).
+    """
+    from bench.bench_quality import to_rl4co  # (bench_quality imports this module)
+
+    env, model, _ = _rl4co_polynet(batch, rollouts, n, seed, sizes)
+    # Our instances; rl4co's asserts on every training solution stay off as bench_quality's
+    # are (its mask can fail them by float error on a converted instance)
+    data = to_rl4co(generate("cvrptw", batch, n, seed))
+    env.check_solution = False
+    if decoding_steps is not None:
+        model.env.step = _counted(model.env.step, decoding_steps)
     model.to(device)
     data = data.to(device)
     optimizer = model.configure_optimizers()
@@ -159,9 +189,22 @@ def rl4co_step_seconds(
         optimizer.step()
         if on_cuda:
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        if decoding_steps is not None:
+            decoding_steps["last"] = decoding_steps.pop("counting")
+        return seconds
 
     return run
+
+
+def _counted(step: Callable, decoding_steps: dict[str, int]) -> Callable:
+    """``step`` counting its calls into ``decoding_steps["counting"]``."""
+
+    def counting_step(*args: Any, **kwargs: Any) -> Any:
+        decoding_steps["counting"] = decoding_steps.get("counting", 0) + 1
+        return step(*args, **kwargs)
+
+    return counting_step
 
 
 def bench_train(
@@ -195,19 +238,21 @@ def bench_train(
         for name, (preset, options) in settings.items()
     }
     if peer:
-        runners["rl4co_polynet"] = rl4co_step_seconds(batch, rollouts, n, 0, sizes)
+        last_steps["rl4co_polynet"] = {}
+        runners["rl4co_polynet"] = rl4co_step_seconds(
+            batch, rollouts, n, 0, sizes, decoding_steps=last_steps["rl4co_polynet"]
+        )
     for run in runners.values():
         run(0)
     names = list(runners)
     seconds: dict[str, list[float]] = {p: [] for p in names}
-    decision_rates: dict[str, list[float]] = {p: [] for p in settings}
+    decision_rates: dict[str, list[float]] = {p: [] for p in names}
     samples = batch * rollouts
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             seconds[name].append(runners[name](r + 1))
-            if name in settings:
-                steps = last_steps[name]["last"]
-                decision_rates[name].append(samples * steps / seconds[name][-1])
+            steps = last_steps[name]["last"]
+            decision_rates[name].append(samples * steps / seconds[name][-1])
     rate = {p: samples / statistics.median(s) for p, s in seconds.items()}
     per_decision = {p: statistics.median(s) for p, s in decision_rates.items()}
     size = f"CVRPTW n={n}, B={batch}, K={rollouts}"
@@ -245,6 +290,18 @@ def bench_train(
                 "rl4co_polynet",
                 RL4CO_PEER,
                 3.0,
+            )
+        )
+        # rl4co's own instances and untrained policy drive rollouts of another length
+        steps = f"{last_steps['full_linc']['last']} vs {last_steps['rl4co_polynet']['last']}"
+        rows.append(
+            row(
+                "  per decision: full_linc vs rl4co PolyNet",
+                "full_linc",
+                "rl4co_polynet",
+                f"{RL4CO_PEER}, samples x decoding steps / s ({steps} steps)",
+                None,
+                per_decision,
             )
         )
     rows.append(

@@ -46,3 +46,22 @@ def test_decision_multiply_adds_match_the_counted_matrix_products(preset: str) -
         per_batch = (len(model.candidate_features) + int(model.phi_bias)) * d * hidden
     expected = (decision_multiply_adds(model, nodes) - uncounted) * batch * rollouts
     assert counted == expected + per_batch
+
+
+@pytest.mark.bench
+def test_rl4co_decoding_steps_count_one_training_step_s_decisions() -> None:
+    """The peer's decoding steps are counted per training step, not summed over steps: every
+    rollout visits each of the n customers once, returning to the depot at most once between
+    two, so a step takes n to 2 n decisions (rl4co is the bench's peer, installed by
+    ``make bench``, which runs the tests marked ``bench``)."""
+    from bench.bench_train import rl4co_step_seconds
+
+    model, _ = preset_configs("full_linc")
+    n, counted = 10, {}
+    run = rl4co_step_seconds(2, 4, n, 0, model, decoding_steps=counted)
+    lengths = []
+    for step in range(3):
+        assert run(step) > 0
+        lengths.append(counted["last"])
+    assert all(n <= steps <= 2 * n for steps in lengths), lengths
+    assert set(counted) == {"last"}
