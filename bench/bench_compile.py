@@ -50,12 +50,12 @@ import torch
 
 from bench.bench_decode import _solomon
 from bench.bench_train import (
-    RL4CO_PEER,
     _ours_step_seconds,
     _plan,
     decision_multiply_adds,
     rl4co_step_seconds,
 )
+from bench.rl4co_peer import RL4CO_PEER
 from linc_core.config import ModelConfig
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.model import LincPolicy

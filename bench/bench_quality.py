@@ -30,10 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.bench_train import RL4CO_PEER, _plan
+from bench.bench_train import _plan
+from bench.rl4co_peer import RL4CO_PEER, polynet, to_rl4co
 from linc_core.decoding import DecodeConfig
 from linc_core.evaluate import evaluate_policy, pyvrp_costs
 from linc_core.instances import Instance
+from linc_core.problems.base import actions_to_routes
 from linc_core.train.budget import BUDGET_CLOCKS
 from linc_core.train.data import GeneratedData, generate
 from linc_core.verify import verify_instance
@@ -56,59 +58,12 @@ def gap_pct(costs: dict[str, float], reference: dict[str, float]) -> float:
     return float(np.mean(gaps)) if gaps else math.nan
 
 
-def to_rl4co(batch: Instance) -> object:
-    """linc's CVRPTW batch as rl4co's generator TensorDict (horizon 1, travel time = distance)."""
-    from tensordict import TensorDict
-
-    # rl4co's scaling (its generator's scale=True): times in units of the horizon (rl4co checks
-    # every instance against the first one's), coordinates so that travel time is distance
-    horizon = batch.time_windows[:, 0, 1][:, None]
-    locs = batch.locs * (batch.travel_time_scale[:, None] / horizon)[..., None]
-    durations = batch.service_time / horizon
-    windows = batch.time_windows / horizon[..., None]
-    # rl4co masks a customer by its window alone; linc's env also by the return to the depot
-    # in time: the latest start that still returns, as the window's end (the same problem)
-    back = (locs - locs[:, :1]).norm(dim=-1)
-    latest = windows[:, :1, 1] - durations - back
-    end = torch.maximum(torch.minimum(windows[..., 1], latest), windows[..., 0])
-    end[:, 0] = windows[:, 0, 1]
-    return TensorDict(
-        {
-            "depot": locs[:, 0],
-            "locs": locs[:, 1:],
-            "demand": batch.demand[:, 1:] / batch.capacity[:, None],
-            "durations": durations,
-            "time_windows": torch.stack((windows[..., 0], end), -1),
-        },
-        batch_size=[batch.batch_size],
-    )
-
-
-def routes_of(actions: torch.Tensor) -> list[list[int]]:
-    """rl4co's node sequence (0: the depot) as linc's routes (customer indices 1..n)."""
-    routes, route = [], []
-    for node in actions.tolist():
-        if node == 0:
-            if route:
-                routes.append(route)
-            route = []
-        else:
-            route.append(int(node))
-    return routes + ([route] if route else [])
-
-
 class Rl4coPolyNet:
     """rl4co's PolyNet (``bench.bench_train``'s peer, our sizes) trained on linc's batches."""
 
     def __init__(self, seed: int) -> None:
-        from bench.bench_train import _rl4co_polynet
-
         sizes = _plan("polynet", BATCH, ROLLOUTS, N).model
-        self.env, self.model, _ = _rl4co_polynet(BATCH, ROLLOUTS, N, seed, sizes)
-        # rl4co re-checks every training solution with asserts that its own mask can fail by
-        # float error (seen once in an hour: "Used more than capacity"); linc's verifier checks
-        # every validation route set instead, and one it refuses is counted, not averaged
-        self.env.check_solution = False
+        self.env, self.model = polynet(BATCH, ROLLOUTS, N, seed, sizes)
         self.optimizer = self.model.configure_optimizers()
         if isinstance(self.optimizer, tuple | list):  # Lightning's ([optimizers], [schedulers])
             self.optimizer = (
@@ -140,7 +95,7 @@ class Rl4coPolyNet:
         for i, name in enumerate(batch.names):
             best = math.inf
             for k in range(ROLLOUTS):
-                checked = verify_instance(batch, i, routes_of(actions[i, k]))
+                checked = verify_instance(batch, i, actions_to_routes(actions[i, k]))
                 if checked.feasible:
                     best = min(best, checked.cost)
             if math.isfinite(best):

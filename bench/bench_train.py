@@ -8,7 +8,7 @@ One rl4co step is exactly what its Lightning training step runs, minus the Train
 ``PolyNet.shared_step(batch, 0, "train")`` (env reset, policy forward with ``num_starts=k`` and
 ``multisample=True``, Poppy loss with the shared baseline and best-rollout mask), then
 ``loss.backward()`` and an Adam step from ``PolyNet.configure_optimizers()``. Both train on the
-same instances, linc's generator's batch converted for rl4co's env (``bench.bench_quality``'s
+same instances, linc's generator's batch converted for rl4co's env (``bench.rl4co_peer``'s
 ``to_rl4co``; its test: every route set rl4co builds on one is feasible for linc), so a sample
 is the same work and rollout lengths differ only by the policies. (On rl4co's own generator's
 instances its untrained PolyNet took 75-84 decisions a rollout against full_linc's 67-69 on
@@ -28,14 +28,13 @@ from typing import Any
 
 import torch
 
+from bench.rl4co_peer import RL4CO_PEER, polynet, to_rl4co
 from linc_core.config import ModelConfig
 from linc_core.model import LincPolicy
 from linc_core.model.decoder import CONTEXT_SCALARS
 from linc_core.runs.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
-
-RL4CO_PEER = "rl4co 0.7.0 PolyNet on rl4co CVRPTWEnv, linc's instances"
 
 
 def _plan(preset: str, batch: int, rollouts: int, n: int) -> RunPlan:
@@ -112,38 +111,6 @@ def _ours_step_seconds(
     return run
 
 
-def _rl4co_polynet(batch: int, rollouts: int, n: int, seed: int, sizes: ModelConfig) -> tuple:
-    """rl4co's CVRPTW env, a PolyNet with k = ``rollouts`` and our sizes, and one raw batch."""
-    from rl4co.envs import CVRPTWEnv
-    from rl4co.models.zoo.polynet import PolyNet
-
-    torch.manual_seed(seed)  # rl4co draws weights and instances from the global stream
-    env = CVRPTWEnv(generator_params={"num_loc": n})
-    policy_kwargs = {  # PolyNetPolicy's defaults, set explicitly from our config
-        "embed_dim": sizes.embedding_dim,
-        "num_encoder_layers": sizes.encoder_layers,
-        "num_heads": sizes.num_heads,
-        "feedforward_hidden": sizes.ff_hidden_dim,
-        "normalization": "instance",
-        "tanh_clipping": sizes.logit_clip,
-    }
-    with warnings.catch_warnings():  # Lightning's save_hyperparameters notes
-        warnings.simplefilter("ignore")
-        model = PolyNet(
-            env,
-            k=rollouts,
-            encoder_type="AM",
-            baseline="shared",
-            policy_kwargs=policy_kwargs,
-            batch_size=batch,
-            optimizer="Adam",
-            optimizer_kwargs={"lr": 1e-4},
-        )
-    # What a training dataloader yields: the generator's TensorDict; shared_step resets it.
-    data = env.generator(batch_size=[batch])
-    return env, model, data
-
-
 def rl4co_step_seconds(
     batch: int,
     rollouts: int,
@@ -162,13 +129,8 @@ def rl4co_step_seconds(
     training steps at n=50, 2.75 to 2.1-2.3 s), so its samples/s rises with them while its
     seconds per decision stay put (34-39 ms).
     """
-    from bench.bench_quality import to_rl4co  # (bench_quality imports this module)
-
-    env, model, _ = _rl4co_polynet(batch, rollouts, n, seed, sizes)
-    # Our instances; rl4co's asserts on every training solution stay off as bench_quality's
-    # are (its mask can fail them by float error on a converted instance)
-    data = to_rl4co(generate("cvrptw", batch, n, seed))
-    env.check_solution = False
+    _, model = polynet(batch, rollouts, n, seed, sizes)
+    data = to_rl4co(generate("cvrptw", batch, n, seed))  # the instances ours trains on
     if decoding_steps is not None:
         model.env.step = _counted(model.env.step, decoding_steps)
     model.to(device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from linc_core.problems.base import actions_to_routes
 from linc_core.train.data import generate
 from linc_core.verify import verify_instance
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.bench
 def test_every_route_set_rl4co_allows_on_a_converted_instance_is_feasible_for_linc() -> None:
     from rl4co.envs import CVRPTWEnv
 
-    from bench.bench_quality import routes_of, to_rl4co
+    from bench.rl4co_peer import to_rl4co
 
     batch = generate("cvrptw", 64, 50, 7)
     env = CVRPTWEnv(generator_params={"num_loc": 50})
@@ -36,7 +37,7 @@ def test_every_route_set_rl4co_allows_on_a_converted_instance_is_feasible_for_li
     sequences = torch.stack(actions, 1)
     env.check_solution_validity(env.reset(to_rl4co(batch)), sequences)  # rl4co agrees too
     for i in range(batch.batch_size):
-        checked = verify_instance(batch, i, routes_of(sequences[i]))
+        checked = verify_instance(batch, i, actions_to_routes(sequences[i]))
         assert checked.feasible, checked.violations
         # rl4co's reward is the same length in its units (coordinates x alpha / horizon)
         horizon = float(batch.time_windows[i, 0, 1])
