@@ -39,7 +39,11 @@ SMALL = {"method": "sampling", "num_z": 4, "augment": 1, "seed": 0}
 
 @pytest.fixture(scope="module")
 def server(tiny_policy_model):
-    env = {"LINC_SERVE_DEADLINE_SECONDS": str(DEADLINE)}
+    # One torch thread: the tests share two cores between two workers, and a second pool of
+    # threads in the server only oversubscribes them (a 10-customer request with two other
+    # processes busy: 0.09-0.12 s at two threads, 0.04 s at one; in CI, once, past the 3 s
+    # deadline). The requests decoded here are single-thread work.
+    env = {"LINC_SERVE_DEADLINE_SECONDS": str(DEADLINE), "OMP_NUM_THREADS": "1"}
     with served_model(str(tiny_policy_model), env) as served:
         yield served
 
