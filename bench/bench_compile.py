@@ -44,7 +44,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -52,7 +51,9 @@ from bench.bench_decode import _solomon
 from bench.bench_train import (
     _ours_step_seconds,
     _plan,
+    counting_decisions,
     decision_multiply_adds,
+    interleaved,
     rl4co_step_seconds,
 )
 from bench.rl4co_peer import RL4CO_PEER
@@ -75,21 +76,6 @@ MATRIX_KERNELS = (
     "aten::_scaled_dot_product_flash_attention_for_cpu",
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
 )
-
-
-def _interleaved(
-    runners: dict[Any, Callable[[int], float]],
-    repeats: int,
-    statistic: Callable[[list[float]], float] = statistics.median,
-) -> dict[Any, float]:
-    """``statistic`` (median) of each runner's seconds over ``repeats`` rounds, the order
-    rotating per round (so a slow spell of the machine falls on every side)."""
-    names = list(runners)
-    seconds: dict[Any, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            seconds[name].append(runners[name](r + 1))
-    return {name: statistic(values) for name, values in seconds.items()}
 
 
 def _first_call(run: Callable[[int], float]) -> float:
@@ -126,7 +112,7 @@ def _decode_rows(repeats: int) -> list[dict]:
 
     runners = {"eager": runner(False), "compiled": runner(True)}
     first = {name: _first_call(run) for name, run in runners.items()}
-    median = _interleaved(runners, repeats)
+    median = interleaved(runners, repeats)
     rollouts = instances.batch_size * config.augment * config.num_z
     rate = {name: rollouts / seconds for name, seconds in median.items()}
     compile_seconds = first["compiled"] - median["compiled"]
@@ -164,18 +150,8 @@ def _train_rows(n: int, repeats: int, peer: bool) -> list[dict]:
     first = {name: _first_call(run) for name, run in runners.items()}
     # a second step: the replay's packed width changes, its one recompile (dynamic=None)
     warm = {name: _first_call(run) for name, run in runners.items()}
-    decision_rates: dict[str, list[float]] = {name: [] for name in runners if name in steps}
-
-    def counting_decisions(name: str, run: Callable[[int], float]) -> Callable[[int], float]:
-        def timed(step: int) -> float:
-            seconds = run(step)
-            decision_rates[name].append(BATCH * ROLLOUTS * steps[name]["last"] / seconds)
-            return seconds
-
-        return timed
-
-    timed = {name: counting_decisions(name, run) for name, run in runners.items() if name in steps}
-    median = _interleaved({**runners, **timed}, repeats)
+    timed, decision_rates = counting_decisions(runners, steps, BATCH * ROLLOUTS)
+    median = interleaved(timed, repeats)
     rate = {name: BATCH * ROLLOUTS / seconds for name, seconds in median.items()}
     compile_seconds = first["compiled"] + warm["compiled"] - 2 * median["compiled"]
     size = f"CVRPTW n={n}, B={BATCH}, K={ROLLOUTS}"
@@ -209,8 +185,8 @@ def _train_rows(n: int, repeats: int, peer: bool) -> list[dict]:
                 "bound": bound,
             }
         )
-        # rl4co's own instances and untrained policy drive rollouts of another length, which
-        # shortens as it trains: seconds per decision are what neither changes
+        # two untrained policies' rollouts differ in length, and rl4co's shorten as it trains:
+        # seconds per decision are what neither changes
         per_decision = {name: statistics.median(r) for name, r in decision_rates.items()}
         rows.append(
             {
@@ -294,8 +270,8 @@ def _gemm_rows(repeats: int) -> list[dict]:
             )
             for compiled, chooser in choosers.items()
         }
-        seconds = _interleaved(timings, repeats, min)
-        matrix = _interleaved(profiles, 3, min)
+        seconds = interleaved(timings, repeats, min)
+        matrix = interleaved(profiles, 3, min)
         found = {compiled: (seconds[compiled], matrix[compiled]) for compiled in choosers}
     rows = []
     for compiled, label in ((True, "compiled"), (False, "eager")):

@@ -86,9 +86,9 @@ def _ours_step_seconds(
 
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
     ``progress`` is the point of training the step is taken at; ``compile`` sets
-    ``TrainConfig.compile``. ``decoding_steps["last"]`` is
-    set to the decoding steps of the last step run (the rollouts' length, which differs between
-    models: each step costs a decision of every rollout still to decide).
+    ``TrainConfig.compile``. ``decoding_steps["last"]`` is set to the decoding steps of the last
+    step run (the rollouts' length, which differs between models: each step costs a decision of
+    every rollout still to decide).
     """
     plan = _plan(preset, batch, rollouts, n)
     model, config = plan.model, plan.train
@@ -111,6 +111,40 @@ def _ours_step_seconds(
     return run
 
 
+def interleaved(
+    runners: dict[Any, Callable[[int], float]],
+    repeats: int,
+    statistic: Callable[[list[float]], float] = statistics.median,
+) -> dict[Any, float]:
+    """``statistic`` (median) of each runner's seconds over ``repeats`` rounds, the order
+    rotating per round (so a slow spell of the machine falls on every side)."""
+    names = list(runners)
+    seconds: dict[Any, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            seconds[name].append(runners[name](r + 1))
+    return {name: statistic(values) for name, values in seconds.items()}
+
+
+def counting_decisions(
+    runners: dict[str, Callable[[int], float]], steps: dict[str, dict[str, int]], samples: int
+) -> tuple[dict[str, Callable[[int], float]], dict[str, list[float]]]:
+    """``runners`` with those named in ``steps`` recording each call's samples x decoding steps
+    per second (``steps[name]["last"]``, which the runner sets), and those rates by name."""
+    rates: dict[str, list[float]] = {name: [] for name in runners if name in steps}
+
+    def counted(name: str, run: Callable[[int], float]) -> Callable[[int], float]:
+        def timed(step: int) -> float:
+            seconds = run(step)
+            rates[name].append(samples * steps[name]["last"] / seconds)
+            return seconds
+
+        return timed
+
+    wrapped = {name: counted(name, run) if name in rates else run for name, run in runners.items()}
+    return wrapped, rates
+
+
 def rl4co_step_seconds(
     batch: int,
     rollouts: int,
@@ -131,8 +165,16 @@ def rl4co_step_seconds(
     """
     _, model = polynet(batch, rollouts, n, seed, sizes)
     data = to_rl4co(generate("cvrptw", batch, n, seed))  # the instances ours trains on
+    calls = 0
+    plain_step = model.env.step
+
+    def counted_step(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return plain_step(*args, **kwargs)
+
     if decoding_steps is not None:
-        model.env.step = _counted(model.env.step, decoding_steps)
+        model.env.step = counted_step  # one call per decision of every rollout
     model.to(device)
     data = data.to(device)
     optimizer = model.configure_optimizers()
@@ -140,6 +182,8 @@ def rl4co_step_seconds(
     on_cuda = torch.device(device).type == "cuda"
 
     def run(step: int) -> float:
+        nonlocal calls
+        calls = 0
         torch.manual_seed(step)  # rl4co samples actions from the global stream
         batch_td = data.clone()
         start = time.perf_counter()
@@ -153,20 +197,10 @@ def rl4co_step_seconds(
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         if decoding_steps is not None:
-            decoding_steps["last"] = decoding_steps.pop("counting")
+            decoding_steps["last"] = calls
         return seconds
 
     return run
-
-
-def _counted(step: Callable, decoding_steps: dict[str, int]) -> Callable:
-    """``step`` counting its calls into ``decoding_steps["counting"]``."""
-
-    def counting_step(*args: Any, **kwargs: Any) -> Any:
-        decoding_steps["counting"] = decoding_steps.get("counting", 0) + 1
-        return step(*args, **kwargs)
-
-    return counting_step
 
 
 def bench_train(
@@ -206,17 +240,10 @@ def bench_train(
         )
     for run in runners.values():
         run(0)
-    names = list(runners)
-    seconds: dict[str, list[float]] = {p: [] for p in names}
-    decision_rates: dict[str, list[float]] = {p: [] for p in names}
     samples = batch * rollouts
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            seconds[name].append(runners[name](r + 1))
-            steps = last_steps[name]["last"]
-            decision_rates[name].append(samples * steps / seconds[name][-1])
-    rate = {p: samples / statistics.median(s) for p, s in seconds.items()}
-    per_decision = {p: statistics.median(s) for p, s in decision_rates.items()}
+    timed, decision_rates = counting_decisions(runners, last_steps, samples)
+    rate = {p: samples / seconds for p, seconds in interleaved(timed, repeats).items()}
+    per_decision = {p: statistics.median(r) for p, r in decision_rates.items()}
     size = f"CVRPTW n={n}, B={batch}, K={rollouts}"
     nodes = n + 1
     linc_macs = decision_multiply_adds(sizes, nodes)
@@ -254,7 +281,7 @@ def bench_train(
                 3.0,
             )
         )
-        # rl4co's own instances and untrained policy drive rollouts of another length
+        # two untrained policies' rollouts differ in length (and rl4co's shorten as it trains)
         steps = f"{last_steps['full_linc']['last']} vs {last_steps['rl4co_polynet']['last']}"
         rows.append(
             row(
