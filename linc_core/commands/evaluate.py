@@ -27,7 +27,8 @@ file names ignoring case; instances without one are counted in a warning). Gaps 
 instance and time budget.
 
 Outputs in ``--out``: ``rows.csv`` and ``rows.parquet`` (one row per instance), ``table.md``
-(method, Obj., Gap, Time, as the paper's tables), ``summary.json`` (strict JSON: ``null`` where
+(method, Obj., Gap, Time, as the paper's tables; then the mean, median and aggregate gaps and,
+on Solomon-style names, each family's mean gap), ``summary.json`` (strict JSON: ``null`` where
 there is no number), ``routes/NAME.sol`` (each solution in CVRPLIB's syntax; re-verify one with
 ``linc-solve --verify routes/NAME.sol``) and ``plots/NAME.png`` route plots; every file is
 written to a temporary name and renamed into place. The exit status is 1 when any row is an

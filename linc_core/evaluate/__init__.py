@@ -6,7 +6,7 @@ Modules, one job each:
   synthetic and folder sets), ``solomon50`` (the ablation set);
 - :mod:`~linc_core.evaluate.pyvrp_cache`: PyVRP costs per instance, solved once and cached;
 - :mod:`~linc_core.evaluate.scoring`: ``EvalRow``, ``score_solutions``, ``summarize``,
-  ``evaluate_policy`` (the library entry point);
+  ``family_gaps``, ``evaluate_policy`` (the library entry point);
 - :mod:`~linc_core.evaluate.reporting`: rows as CSV/Parquet, the markdown table, route plots,
   strict-JSON summaries, ``.sol`` solution files;
 - :mod:`~linc_core.evaluate.pyvrp_solver`: PyVRP reference solutions, verified;
@@ -44,6 +44,8 @@ from linc_core.evaluate.scoring import (
     error_rows,
     evaluate_policy,
     evaluate_set,
+    family_gaps,
+    instance_family,
     planned_rollouts,
     score_solutions,
     summarize,
@@ -62,7 +64,9 @@ __all__ = [
     "error_rows",
     "evaluate_policy",
     "evaluate_set",
+    "family_gaps",
     "format_seconds",
+    "instance_family",
     "load_benchmark",
     "markdown_table",
     "planned_rollouts",

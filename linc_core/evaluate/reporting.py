@@ -137,13 +137,20 @@ def markdown_table(
         lines.append("")
         lines.append(
             f"{method}: {s['feasible']}/{s['instances']} feasible; mean gap "
-            f"{_pct(s['mean_gap_bks_pct'])}, aggregate gap "
+            f"{_pct(s['mean_gap_bks_pct'])}, median {_pct(s['median_gap_bks_pct'])}, aggregate gap "
             f"{_pct(s['aggregate_gap_bks_pct'])} vs BKS "
             f"({s['instances_with_bks']} instances); vs PyVRP mean "
             f"{_pct(s['mean_pyvrp_gap_pct'])}, aggregate "
             f"{_pct(s['aggregate_pyvrp_gap_pct'])} ({s['instances_with_pyvrp']}); "
             f"{s['rollouts']} rollouts, {s['rollouts_per_second']:.0f} rollouts/s."
         )
+        families = s.get("family_gaps_bks") or {}
+        if families:
+            parts = [
+                f"{family} {_pct(g['mean_gap_bks_pct'])} ({g['instances']})"
+                for family, g in families.items()
+            ]
+            lines.append(f"{method}, mean gap vs BKS by family: " + ", ".join(parts) + ".")
     return "\n".join(lines) + "\n"
 
 

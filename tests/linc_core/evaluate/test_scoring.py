@@ -11,8 +11,11 @@ import torch
 
 from linc_core.decoding import DecodeConfig, exact_length
 from linc_core.evaluate import (
+    EvalRow,
     evaluate_policy,
     evaluate_set,
+    family_gaps,
+    instance_family,
     load_benchmark,
     score_solutions,
     summarize,
@@ -58,6 +61,46 @@ def test_a_pyvrp_solution_reproduces_its_cost_through_the_report(data_dir):
     assert summary["instances_with_pyvrp"] == 1 and summary["mean_pyvrp_cost"] == 800.0
     assert summary["mean_pyvrp_gap_pct"] == summary["aggregate_pyvrp_gap_pct"]
     assert summary["mean_pyvrp_gap_pct"] == pytest.approx(rows[0].pyvrp_gap_pct)
+
+
+def test_families_and_the_median_gap_follow_the_rows_by_hand():
+    assert [
+        instance_family(n) for n in ("C101", "c208", "R112", "RC105", "RC2_10_5", "C1_2_1")
+    ] == [
+        "C1",
+        "C2",
+        "R1",
+        "RC1",
+        "RC2",
+        "C1",
+    ]
+    assert [instance_family(n) for n in ("X-n101-k25", "berlin52", "R3", "CX101")] == [None] * 4
+    nan = math.nan
+
+    def row(name, gap, feasible=True, bks=100.0):
+        cost = 100.0 + gap if feasible else nan
+        return EvalRow(name, "m", 100, feasible, cost, cost, 3, bks, gap, nan, nan, 0.1, "")
+
+    rows = [
+        row("C101", 10.0),
+        row("C102", 20.0),
+        row("C201", 400.0),  # one collapsed instance moves the mean, not the median
+        row("R101", 5.0),
+        row("R102", 99.0, feasible=False),  # an error row counts in no gap
+        row("RC201", 7.0, bks=nan),  # no BKS: no gap
+        row("X-n101-k25", 1.0),
+    ]
+    assert family_gaps(rows) == {
+        "C1": {"mean_gap_bks_pct": 15.0, "instances": 2},
+        "C2": {"mean_gap_bks_pct": 400.0, "instances": 1},
+        "R1": {"mean_gap_bks_pct": 5.0, "instances": 1},
+    }
+    summary = summarize(rows, seconds=1.0)
+    # gaps with a BKS, feasible: 10, 20, 400, 5, 1 -> mean 87.2, median 10
+    assert summary["mean_gap_bks_pct"] == pytest.approx(87.2)
+    assert summary["median_gap_bks_pct"] == 10.0
+    assert summary["family_gaps_bks"] == family_gaps(rows)
+    assert math.isnan(summarize([row("C101", 1.0, bks=nan)], 1.0)["median_gap_bks_pct"])
 
 
 def test_an_infeasible_solution_is_an_error_row_not_dropped(data_dir):
