@@ -12,7 +12,6 @@ mean over 56 instances can move with one or two collapsed instances while most i
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ import torch
 
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
+from linc_core.instances.benchmarks import instance_family
 from linc_core.verify import verify_instance
 
 if TYPE_CHECKING:  # benchmark_sets reads files; scoring needs only the type
@@ -117,16 +117,6 @@ def error_rows(errors: Sequence[tuple[str, str]], method: str) -> list[EvalRow]:
     ]
 
 
-# Solomon (C101, RC208) and Gehring-Homberger (C1_2_1, RC2_10_5) names: type and horizon class.
-_FAMILY = re.compile(r"^(RC|C|R)([12])(?:\d\d|_)", re.IGNORECASE)
-
-
-def instance_family(name: str) -> str | None:
-    """``"C1"`` ... ``"RC2"`` for a Solomon-style instance name, else None."""
-    match = _FAMILY.match(name)
-    return None if match is None else match.group(1).upper() + match.group(2)
-
-
 def family_gaps(rows: Sequence[EvalRow]) -> dict[str, dict[str, float]]:
     """``{family: {"mean_gap_bks_pct", "instances"}}`` over feasible rows with a BKS, families
     in name order; empty when no row has a Solomon-style name."""
@@ -146,18 +136,17 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
     and the mean gap of each Solomon family (:func:`family_gaps`)."""
     ok = [r for r in rows if r.feasible]
 
-    def gaps(attr: str, base: str) -> tuple[float, float, int]:
+    def gaps(attr: str, base: str) -> tuple[float, float, float, int]:
         have = [r for r in ok if math.isfinite(getattr(r, base))]
         if not have:
-            return math.nan, math.nan, 0
-        mean_gap = float(np.mean([getattr(r, attr) for r in have]))
+            return math.nan, math.nan, math.nan, 0
+        values = [getattr(r, attr) for r in have]
         total = sum(getattr(r, base) for r in have)
         aggregate = _gap(sum(r.cost for r in have), total)
-        return mean_gap, aggregate, len(have)
+        return float(np.mean(values)), float(np.median(values)), aggregate, len(have)
 
-    mean_gap, aggregate_gap, with_bks = gaps("gap_bks_pct", "bks")
-    bks_gaps = [r.gap_bks_pct for r in ok if math.isfinite(r.bks)]
-    pyvrp_gap, pyvrp_aggregate, with_pyvrp = gaps("pyvrp_gap_pct", "pyvrp_cost")
+    mean_gap, median_gap, aggregate_gap, with_bks = gaps("gap_bks_pct", "bks")
+    pyvrp_gap, _, pyvrp_aggregate, with_pyvrp = gaps("pyvrp_gap_pct", "pyvrp_cost")
     pyvrp_known = [r.pyvrp_cost for r in ok if math.isfinite(r.pyvrp_cost)]
     known = [r.bks for r in ok if math.isfinite(r.bks)]
     return {
@@ -168,7 +157,7 @@ def summarize(rows: Sequence[EvalRow], seconds: float, rollouts: int = 0) -> dic
         "mean_cost_exact": float(np.mean([r.cost_exact for r in ok])) if ok else math.nan,
         "mean_bks": float(np.mean(known)) if known else math.nan,
         "mean_gap_bks_pct": mean_gap,
-        "median_gap_bks_pct": float(np.median(bks_gaps)) if bks_gaps else math.nan,
+        "median_gap_bks_pct": median_gap,
         "aggregate_gap_bks_pct": aggregate_gap,
         "family_gaps_bks": family_gaps(rows),
         "instances_with_bks": with_bks,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -227,6 +228,19 @@ def read_bks_csv(path: Path, columns: Sequence[str]) -> dict[str, float]:
     return table
 
 
+# ---------------------------------------------------------------------- families
+# Solomon's and Gehring-Homberger's families: customer layout (C, R, RC), horizon class (1, 2).
+SOLOMON_FAMILIES: tuple[str, ...] = ("C1", "C2", "R1", "R2", "RC1", "RC2")
+# C101, RC208 (Solomon) and C1_2_1, RC2_10_5 (Gehring-Homberger)
+_FAMILY_NAME = re.compile(r"^(RC|C|R)([12])(?:\d\d|_)", re.IGNORECASE)
+
+
+def instance_family(name: str) -> str | None:
+    """``"C1"`` ... ``"RC2"`` for a Solomon or Gehring-Homberger instance name, else None."""
+    match = _FAMILY_NAME.match(name)
+    return None if match is None else match.group(1).upper() + match.group(2)
+
+
 # ---------------------------------------------------------------------- download
 def remote_names(set_name: str, root: str | os.PathLike[str] | None = None) -> list[str]:
     """Instance names of a downloadable set.
@@ -236,11 +250,10 @@ def remote_names(set_name: str, root: str | os.PathLike[str] | None = None) -> l
     ``root`` (default :func:`data_dir`).
     """
     if set_name == "solomon100":
-        counts = {"C1": 9, "C2": 8, "R1": 12, "R2": 11, "RC1": 8, "RC2": 8}
+        counts = dict(zip(SOLOMON_FAMILIES, (9, 8, 12, 11, 8, 8), strict=True))
         return [f"{family}{i:02d}" for family, count in counts.items() for i in range(1, count + 1)]
     if set_name == "homberger200":
-        families = ("C1", "C2", "R1", "R2", "RC1", "RC2")
-        return [f"{family}_2_{i}" for family in families for i in range(1, 11)]
+        return [f"{family}_2_{i}" for family in SOLOMON_FAMILIES for i in range(1, 11)]
     if set_name == "cvrplib_x":
         return sorted(load_bks("cvrplib_x", root))
     raise KeyError(f"Unknown download set {set_name!r}; expected one of {sorted(DOWNLOAD_SETS)}.")
@@ -356,11 +369,13 @@ __all__ = [
     "DownloadError",
     "Opener",
     "RemoteSet",
+    "SOLOMON_FAMILIES",
     "benchmark_dir",
     "data_dir",
     "download_file",
     "download_set",
     "get_benchmark",
+    "instance_family",
     "instance_url",
     "list_instances",
     "load_bks",

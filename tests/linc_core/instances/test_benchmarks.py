@@ -18,6 +18,7 @@ from linc_core.instances.benchmarks import (
     data_dir,
     download_file,
     download_set,
+    instance_family,
     instance_url,
     list_instances,
     load_bks,
@@ -133,6 +134,24 @@ def test_remote_names(data_dir: Path) -> None:
     homberger = remote_names("homberger200")
     assert len(homberger) == 60 and homberger[0] == "C1_2_1" and homberger[-1] == "RC2_2_10"
     assert remote_names("cvrplib_x") == sorted(load_bks("cvrplib_x"))
+
+
+def test_every_solomon_and_homberger_name_reads_back_its_family() -> None:
+    solomon = [instance_family(n) for n in remote_names("solomon100")]
+    assert [solomon.count(f) for f in ("C1", "C2", "R1", "R2", "RC1", "RC2")] == [
+        9,
+        8,
+        12,
+        11,
+        8,
+        8,
+    ]
+    homberger = [instance_family(n) for n in remote_names("homberger200")]
+    assert homberger == [f for f in ("C1", "C2", "R1", "R2", "RC1", "RC2") for _ in range(10)]
+    assert [instance_family(n) for n in ("c208", "rc2_10_5")] == ["C2", "RC2"]
+    assert [instance_family(n) for n in ("X-n101-k25", "berlin52", "R3", "CX101", "R1")] == [
+        None
+    ] * 5
 
 
 def test_download_file_from_file_url(data_dir: Path, tmp_path: Path) -> None:
