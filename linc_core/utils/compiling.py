@@ -4,8 +4,9 @@ The decoding step (the choice rule's scoring and sampling, and the environment's
 and the training replay's differentiable pass are pure tensor code that dynamo takes whole
 (``fullgraph=True``): no ``out=`` writes into views, no host reads, no branch on a tensor's
 value. The eager path's CPU savings (``linc_core.problems.packing``: rollouts without a choice
-left out) size tensors from the data, so they stay outside: ``prunes_rows`` is False while a
-step is traced, and a compiled chooser decides every rollout.
+left out) size tensors from the data, so their sizing stays outside: ``prunes_rows`` is False
+while a step is traced, the packed width is read before the graph, and the graph selects the
+rollouts it is told (``linc_core.model.decisions.decide_packed``).
 
 How a step is compiled, per device:
 

@@ -25,7 +25,11 @@ import torch
 
 from linc_core.decoding import DecodeConfig, decode
 from linc_core.model import LincPolicy
-from linc_core.model.sampling import row_seeds, sample_z
+from linc_core.model.decisions import PolicyChooser
+from linc_core.model.sampling import greedy, row_seeds, sample_z
+from linc_core.problems import make_env, random_feasible_actions
+from linc_core.problems.packing import first_true
+from linc_core.problems.rollout import start_rollouts
 from linc_core.train import train_step
 from linc_core.train.data import generate
 from tests.conftest import tiny_configs
@@ -114,3 +118,54 @@ def test_a_compiled_training_step_has_the_eager_loss_and_update(
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
         moved = max(moved, float((a - before.detach()).abs().max()))
     assert moved > 0  # the step did move the weights
+
+
+def test_a_compiled_packed_decision_is_eager_s_with_morphing() -> None:
+    """A decision where some rollouts are forced and some choose (the packed path: selected and
+    scattered back inside the graph), float64, greedy, with score morphing: the same actions,
+    log-likelihoods to 1e-9 and the choosing rollouts' morph base scores."""
+    policy = _policy("full_linc", "cvrptw", torch.float64)
+    frozen = _policy("full_linc", "cvrptw", torch.float64)
+    with torch.no_grad():  # a frozen policy that differs from the trained one
+        for weight in frozen.parameters():
+            weight.mul_(0.5)
+    instance = generate("cvrptw", 2, SIZE, seed=4).to(dtype=torch.float64)
+    k = 6
+    env = make_env(instance, k)
+    z = sample_z(row_seeds(1, 2), k, policy.config.z_dim).double()
+    state, _ = start_rollouts(env)
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(30):  # until a rollout is forced to a customer while others have a choice
+        choice = state.mask.sum(-1) > 1
+        forced_to_customer = ~choice & (first_true(state.mask) > 0)
+        if 0 < int(choice.sum(-1).max()) < k and bool(forced_to_customer.any()):
+            break
+        state = env.step(state, random_feasible_actions(state.mask, generator))
+    else:
+        pytest.fail("no state with a rollout forced to a customer beside choosing ones")
+    decided = {}
+    with torch.no_grad():
+        encoded = policy.encode(instance)
+        for compiled in (False, True):
+            chooser = PolicyChooser(
+                policy,
+                env,
+                encoded,
+                z,
+                greedy,
+                morph=(frozen, 0.5),
+                keep_trajectory=True,
+                compiled=compiled,
+            )
+            action = chooser(state, 7)
+            decided[compiled] = (action, chooser.log_likelihood, chooser.trajectory)
+    (eager_action, eager_ll, eager_record), (action, ll, record) = decided[False], decided[True]
+    assert torch.equal(action, eager_action)
+    torch.testing.assert_close(ll, eager_ll, rtol=1e-9, atol=1e-12)
+    forced = state.mask.sum(-1) <= 1
+    assert bool(forced.any()) and bool((ll[forced] == 0).all())
+    base, eager_base = record.morph_base_scores[0], eager_record.morph_base_scores[0]
+    # A forced rollout's base scores are never read (the replay skips forced decisions), and
+    # eager gives a packed one neutral modulation where the graph computes it: compare the rest.
+    torch.testing.assert_close(base[~forced], eager_base[~forced], rtol=1e-9, atol=1e-12)
+    assert bool((base[~forced] != 0).any())

@@ -6,8 +6,9 @@ branch on a tensor's value, an unsupported call). The three pure steps are trace
 in the middle of a rollout, where every rollout has its own mask, load and time:
 
 - ``decide_all``: the choice rule's decision of every rollout (scores, log-probabilities,
-  the keyed sampler or greedy, with and without score morphing) and of a packed selection of
-  rollouts (the mask as bytes), under ``no_grad``;
+  the keyed sampler or greedy, with and without score morphing), and ``decide_packed``: that of
+  a packed selection of rollouts, selected and scattered back in the graph (the mask as
+  floats), under ``no_grad``;
 - ``env_transition``: the environment's step (each problem, CVRPTW with and without an
   unbounded window);
 - ``chunk_log_likelihood``: the training replay's differentiable pass over packed decisions,
@@ -26,7 +27,7 @@ import pytest
 import torch
 
 from linc_core.model import LincPolicy
-from linc_core.model.decisions import PolicyChooser, decide_all, env_transition
+from linc_core.model.decisions import PolicyChooser, decide_all, decide_packed, env_transition
 from linc_core.model.replay import chunk_log_likelihood, pack_decisions
 from linc_core.model.sampling import greedy, keyed_sampler, rollout_keys, row_seeds, sample_z
 from linc_core.presets import PRESETS
@@ -105,21 +106,18 @@ def test_the_decision_step_compiles_whole(preset: str, problem: str) -> None:
         pick = keyed_sampler(rollout_keys(row_seeds(2, BATCH), 0, ROLLOUTS))
         chooser = PolicyChooser(policy, env, encoded, z, pick, compiled=True)
         assert graph_breaks(decide_all, chooser, state, torch.tensor(4)) == []
-        # a packed decision: some rollouts of each instance, the mask read as floats
+        # a packed decision: some rollouts of each instance, their selection in the graph
         positions = torch.tensor([[3, 1], [0, 2]])
-        packed = state.select(positions)
-        packed_z = (
-            None if z is None else z.gather(1, positions.unsqueeze(-1).expand(-1, -1, z.shape[-1]))
-        )
-        mask = mask_values(packed.mask)
+        mask = mask_values(state.mask)
         step = torch.tensor(4)
-        assert graph_breaks(decide_all, chooser, packed, step, mask, packed_z, positions) == []
+        assert graph_breaks(decide_packed, chooser, state, step, mask, positions) == []
         if preset == "full_linc":  # greedy, and score morphing
             chooser = PolicyChooser(policy, env, encoded, z, greedy, compiled=True)
             assert graph_breaks(decide_all, chooser, state, torch.tensor(4)) == []
             frozen = _policy(preset, problem)
             morphing = PolicyChooser(policy, env, encoded, z, pick, morph=(frozen, 0.5))
             assert graph_breaks(decide_all, morphing, state, torch.tensor(4)) == []
+            assert graph_breaks(decide_packed, morphing, state, step, mask, positions) == []
 
 
 # a customer without a due time: CVRPTW only (the others have no time windows)
