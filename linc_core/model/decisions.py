@@ -151,8 +151,11 @@ class PolicyChooser:
         self.compiled = compiled
         self._decide = decide_all
         self._decide_packed = None
-        if compiled:  # packed widths change from step to step: symbolic after the first change
-            self._decide = compile_step(decide_all, device, dynamic=False)
+        if compiled:
+            # Shapes fixed without the packing (as CUDA graphs need); with it, a dimension
+            # that changes (the packed width; K and N between decodes) goes symbolic once.
+            dynamic = None if skip_forced else False
+            self._decide = compile_step(decide_all, device, dynamic=dynamic)
             if skip_forced:
                 self._decide_packed = compile_step(decide_packed, device, dynamic=None)
         self.transition = env.step
@@ -230,10 +233,8 @@ class PolicyChooser:
                 z = None
                 if self.z is not None:
                     z = self.z.gather(1, positions.unsqueeze(-1).expand(-1, -1, self.z.shape[-1]))
-                packed = state.select(positions)
-                mask = mask_values(packed.mask) if self.compiled else None
-                decided, decided_log_prob, sub_base = self._decide(
-                    self, packed, at, mask, z, positions
+                decided, decided_log_prob, sub_base = decide_all(
+                    self, state.select(positions), at, None, z, positions
                 )
                 action = action.scatter(1, positions, decided)
                 chosen = torch.zeros_like(choice, dtype=decided_log_prob.dtype).scatter(
@@ -254,4 +255,4 @@ class PolicyChooser:
         return action
 
 
-__all__ = ["PolicyChooser", "decide_all", "env_transition"]
+__all__ = ["PolicyChooser", "decide_all", "decide_packed", "env_transition"]

@@ -13,8 +13,9 @@ one feasible action has its action fixed and its log-probability exactly 0, so
 None of it changes a probability: the tests compare packed and unpacked runs. On CUDA each
 selection needs the host to read a count (a synchronisation per decision), which costs more
 than the rows it saves, so :func:`prunes_rows` turns the savings off there; it turns them off
-inside a ``torch.compile``d step too, whose shapes stay fixed and whose graph reads nothing
-back from the device (the eager path keeps them).
+inside a ``torch.compile``d step too, whose graph reads nothing back from the device: a
+compiled decoding step on CPU is handed the packed width and the rollouts' order, read before
+it (``linc_core.model.decisions.decide_packed``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ def first_where(keep: Tensor, width: int) -> Tensor:
 
 
 def first_true(mask: Tensor) -> Tensor:
-    """``[...]`` int64: the index of the first True of each row of ``mask`` ``[..., N]``, 0 in a
-    row without one: ``mask.to(torch.uint8).argmax(-1)``'s values (a forced rollout's one
-    feasible action). A max over ``mask`` times the countdown N..1, because torch 2.13's CPU
-    argmax over bytes is the slower kernel: 0.70 ms against 0.10 ms over [16, 128, 101]."""
+    """``[...]`` int64: the index of the first True (or non-zero, for a mask of 0/1 floats) of
+    each row of ``mask`` ``[..., N]``, 0 in a row without one: the values of
+    ``mask.to(torch.uint8).argmax(-1)`` (a forced rollout's one feasible action). A max over
+    ``mask`` times the countdown N..1, because torch 2.13's CPU argmax over bytes is the slower
+    kernel: 0.70 ms against 0.10 ms over [16, 128, 101]."""
     n = mask.shape[-1]
     countdown = torch.arange(n, 0, -1, dtype=torch.int32, device=mask.device)
     return (n - (mask * countdown).amax(-1)).remainder(n).long()

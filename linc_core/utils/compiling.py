@@ -118,7 +118,7 @@ def compile_step(
         fn: a plain function (not a bound method: its ``self`` would key the cache).
         dynamic: ``torch.compile``'s: False specialises every shape (the decoding step: a
             rollout batch keeps its shapes), None lets a dimension that changed go symbolic
-            (the replay's packed decisions).
+            (packed decisions: the replay's, and a decoding step's on CPU).
         cuda_graphs: run as CUDA graphs on CUDA (``uses_cuda_graphs``); the outputs are copied.
         vectorise: False for a step of mostly boolean work on CPU (``SCALAR_LOOPS``).
     """

@@ -26,7 +26,10 @@ def test_first_true_gives_argmax_values_on_random_masks() -> None:
     for n in (1, 2, 101, 1001):
         for density in (0.0, 0.01, 0.5, 1.0):
             mask = torch.rand(3, 7, n, generator=generator) < density
-            assert torch.equal(first_true(mask), mask.to(torch.uint8).argmax(-1)), (n, density)
+            expected = mask.to(torch.uint8).argmax(-1)
+            assert torch.equal(first_true(mask), expected), (n, density)
+            # the mask as 0/1 floats, as a compiled decision reads it
+            assert torch.equal(first_true(mask.float()), expected), (n, density)
 
 
 def test_first_where_puts_the_kept_columns_first_in_order() -> None:
