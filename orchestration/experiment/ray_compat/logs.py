@@ -156,8 +156,9 @@ IGNORED_EXIT_OPENING = "Exception ignored in:"
 
 def without_ignored_exits(lines: list[str]) -> list[str]:
     """``lines`` (one batch of a worker's output) without the tracebacks of an exit Python
-    ignored: ``Exception ignored in: ...``, ``Traceback ...``, the indented frames, and a last
-    line ``SystemExit: N``. Any other ignored exception keeps its traceback."""
+    ignored: ``Exception ignored in: ...``, ``Traceback ...``, the indented frames (empty lines
+    among them), and a last line ``SystemExit: N``. Any other ignored exception keeps its
+    traceback."""
     kept: list[str] = []
     at = 0
     while at < len(lines):
@@ -165,7 +166,9 @@ def without_ignored_exits(lines: list[str]) -> list[str]:
         opening = lines[at].startswith(IGNORED_EXIT_OPENING) and at + 1 < len(lines)
         if opening and lines[at + 1].startswith("Traceback (most recent call last)"):
             end = at + 2
-            while end < len(lines) and lines[end].startswith((" ", "\t")):
+            # frames are indented; a frame's caret line can arrive as an empty line (its
+            # trailing spaces stripped on the way to the driver)
+            while end < len(lines) and (lines[end].startswith((" ", "\t")) or not lines[end]):
                 end += 1
         if end > at and end < len(lines) and lines[end].startswith("SystemExit"):
             at = end + 1

@@ -23,6 +23,16 @@ IGNORED_EXIT = [
     "    raise_sys_exit_with_custom_error_message(",
     "SystemExit: 1",
 ]
+# The same, as it reached the console of a smoke sweep under load (CI rehearsal, 2026-11-27):
+# an empty line where the first frame's caret line was, and a frame without source.
+IGNORED_EXIT_WITH_CARETS = [
+    *IGNORED_EXIT[:4],
+    "",
+    *IGNORED_EXIT[4:6],
+    '  File "python/ray/_raylet.pyx", line 712, in '
+    "ray._raylet.raise_sys_exit_with_custom_error_message",
+    "SystemExit: 1",
+]
 IGNORED_ERROR = [
     "Exception ignored in: <function callback at 0x7f62300f89a0>",
     "Traceback (most recent call last):",
@@ -35,6 +45,7 @@ def test_only_an_ignored_exit_is_dropped():
     epoch = "epoch 3/30 train_best_cost=938.65"
     assert without_ignored_exits([epoch, *IGNORED_EXIT, epoch]) == [epoch, epoch]
     assert without_ignored_exits(IGNORED_EXIT + IGNORED_ERROR) == IGNORED_ERROR
+    assert without_ignored_exits([epoch, *IGNORED_EXIT_WITH_CARETS, epoch]) == [epoch, epoch]
     assert without_ignored_exits(IGNORED_ERROR) == IGNORED_ERROR
     # a traceback that was not ignored, or an exit line alone: kept
     raised = IGNORED_EXIT[1:]
