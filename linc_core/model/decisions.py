@@ -57,7 +57,7 @@ def decide_packed(
     chooser: PolicyChooser,
     state: RolloutState,
     step: int | Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     positions: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """``decide_all`` of the rollouts ``positions`` of ``state``; every other rollout takes its
@@ -69,22 +69,26 @@ def decide_packed(
     decode of C101 and R101 at z=128 x8, as much as its transition graph).
 
     Args:
-        mask: ``[B, K, N]`` ``state.mask`` as 0/1 floats (``mask_values``).
+        mask: ``[B, K, N]`` ``state.mask`` as 0/1 floats (``mask_values``: a compiled step),
+            or None: ``state.mask`` as it is.
         positions: ``[B, K']`` distinct rollouts per instance (``first_where``: those with a
-            choice first, then forced ones as padding).
+            choice first, then forced ones as padding, which the choice rule also sends to
+            their one action).
     """
     z = chooser.z
     if z is not None:
         z = z.gather(1, positions.unsqueeze(-1).expand(-1, -1, z.shape[-1]))
-    packed_mask = mask.gather(1, positions.unsqueeze(-1).expand(-1, -1, mask.shape[-1]))
+    packed_mask = None
+    if mask is not None:
+        packed_mask = mask.gather(1, positions.unsqueeze(-1).expand(-1, -1, mask.shape[-1]))
     decided, log_prob, packed_base = decide_all(
         chooser, state.select(positions), step, packed_mask, z, positions
     )
-    action = first_true(mask).scatter(1, positions, decided)
+    action = first_true(state.mask if mask is None else mask).scatter(1, positions, decided)
     chosen = log_prob.new_zeros(action.shape).scatter(1, positions, log_prob)
     base = None
     if packed_base is not None:
-        base = packed_base.new_zeros(mask.shape)
+        base = packed_base.new_zeros(state.mask.shape)
         base = base.scatter(1, positions.unsqueeze(-1).expand_as(packed_base), packed_base)
     return action, chosen, base
 
@@ -150,7 +154,7 @@ class PolicyChooser:
         self.skip_forced = skip_forced
         self.compiled = compiled
         self._decide = decide_all
-        self._decide_packed = None
+        self._decide_packed = decide_packed
         if compiled:
             # Shapes fixed without the packing (as CUDA graphs need); with it, a dimension
             # that changes (the packed width; K and N between decodes) goes symbolic once.
@@ -217,34 +221,13 @@ class PolicyChooser:
         if width == k:
             mask = mask_values(state.mask) if self.compiled else None
             action, chosen, base = self._decide(self, state, at, mask, self.z)
-        elif width > 0 and self._decide_packed is not None:
+        elif width > 0:
             positions = first_where(choice, width)  # [B, K']
-            action, chosen, base = self._decide_packed(
-                self, state, at, mask_values(state.mask), positions
-            )
-        else:
-            # The one feasible action of a forced rollout (the first feasible node).
-            action = first_true(state.mask)
-            chosen, base = None, None
-            if width > 0:
-                # Rollouts with a choice first; an instance with fewer pads with forced ones,
-                # which the choice rule also sends to their one action (log-prob 0).
-                positions = first_where(choice, width)  # [B, K']
-                z = None
-                if self.z is not None:
-                    z = self.z.gather(1, positions.unsqueeze(-1).expand(-1, -1, self.z.shape[-1]))
-                decided, decided_log_prob, sub_base = decide_all(
-                    self, state.select(positions), at, None, z, positions
-                )
-                action = action.scatter(1, positions, decided)
-                chosen = torch.zeros_like(choice, dtype=decided_log_prob.dtype).scatter(
-                    1, positions, decided_log_prob
-                )
-                if sub_base is not None:
-                    base = sub_base.new_zeros(state.mask.shape)
-                    base = base.scatter(1, positions.unsqueeze(-1).expand_as(sub_base), sub_base)
-            if base is None and self.morph is not None:
-                base = self.cache.embeddings.new_zeros(state.mask.shape)
+            mask = mask_values(state.mask) if self.compiled else None
+            action, chosen, base = self._decide_packed(self, state, at, mask, positions)
+        else:  # every rollout forced: its one feasible action, no model
+            action, chosen = first_true(state.mask), None
+            base = None if self.morph is None else self.cache.embeddings.new_zeros(state.mask.shape)
         if self.log_likelihood is not None and chosen is not None:
             self.log_likelihood = self.log_likelihood + chosen
         if self.trajectory is not None:
