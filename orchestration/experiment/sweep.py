@@ -50,6 +50,7 @@ from orchestration.experiment.ray_compat import (
     errors_as_text,
     handle_memory_kills,
     keep_aws_keys_out_of_trials,
+    patient_actor_reuse,
     restore_tuner,
     tolerate_gone_checkpoints,
 )
@@ -345,6 +346,7 @@ def start_ray(config: PlatformConfig) -> None:
     redact_logging()  # on the handlers Ray added too
     if started:
         keep_aws_keys_out_of_trials()
+    patient_actor_reuse()  # started or joined: every trial actor this driver creates
     handle_memory_kills()
     errors_as_text()
 

@@ -219,22 +219,36 @@ def test_a_driver_warning_prints_once_after_rays_logging_config(capsys) -> None:
         ray_logger.propagate = saved[3]
 
 
-def test_a_reused_trial_process_waits_longer_for_the_last_trials_thread(monkeypatch) -> None:
+def test_a_reused_trial_process_waits_longer_for_the_last_trials_thread(
+    monkeypatch, ray_session, tmp_path
+) -> None:
     """Ray 2.60's FunctionTrainable.reset_config waits TUNE_FUNCTION_THREAD_TIMEOUT_S (2 s) and
-    then fails the next trial; linc sets a longer wait and has Tune carry it to every trial."""
+    then fails the next trial; linc sets a longer wait and has Tune carry it to every trial,
+    whenever a sweep starts or joins Ray (the workaround once existed unwired, and a CI run
+    failed a search's trial with "Could not re-use actor")."""
     import inspect
 
+    from ray.air.execution._internal.actor_manager import RayActorManager
     from ray.tune.execution import class_cache
+    from ray.tune.result_grid import ResultGrid
     from ray.tune.trainable.function_trainable import FunctionTrainable
 
-    from orchestration.experiment.ray_compat import ACTOR_REUSE_WAIT_S, patient_actor_reuse
+    from orchestration.experiment.ray_compat import ACTOR_REUSE_WAIT_S
+    from orchestration.experiment.sweep import start_ray
+    from sweeps.compose import load_platform_config
 
     assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in inspect.getsource(FunctionTrainable.reset_config)
     monkeypatch.delenv("TUNE_FUNCTION_THREAD_TIMEOUT_S", raising=False)
     monkeypatch.setattr(
         class_cache, "ENV_VARS_TO_PROPAGATE", set(class_cache.ENV_VARS_TO_PROPAGATE)
     )
-    patient_actor_reuse()
+    # Ray's own methods back after the test (start_ray patches them; other tests see Ray's)
+    for owner, name in (
+        (ResultGrid, "_populate_exception"),
+        (RayActorManager, "_actor_task_failed"),
+    ):
+        monkeypatch.setattr(owner, name, owner.__dict__[name])
+    start_ray(load_platform_config(["preset=smoke", f"cluster.storage={tmp_path}"]))
     assert os.environ["TUNE_FUNCTION_THREAD_TIMEOUT_S"] == ACTOR_REUSE_WAIT_S
     assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in class_cache.ENV_VARS_TO_PROPAGATE
 
