@@ -216,6 +216,8 @@ def matrix_seconds(run: Callable[[int], object], calls: int, repeats: int = 3) -
     """Seconds per call of ``run(i)`` (i = 1..calls) spent in ``MATRIX_KERNELS`` (their total
     time, ``torch.profiler``), the least of ``repeats`` profiles (as the timings take the best
     or the median: a profile that another job slowed would lower the bound)."""
+    # kineto prints two lines per profile ("USDT: ... profiler_start"); its level 100 is quiet
+    os.environ.setdefault("KINETO_LOG_LEVEL", "100")
     least = float("inf")
     for _ in range(repeats):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
