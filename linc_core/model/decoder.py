@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
+from linc_core.model.attention import attention
 from linc_core.problems.base import gather_rows
 from linc_core.problems.spec import CONTEXT_SCALARS, problem_spec
 
@@ -105,9 +106,7 @@ class Decoder(nn.Module):
         if cache.first_query is not None:
             query = query + gather_rows(cache.first_query, first)
         query = query.view(b, k, h, d // h).transpose(1, 2)  # [B, H, K, D/H]
-        glimpse = nn.functional.scaled_dot_product_attention(
-            query, cache.keys, cache.values, attn_mask=mask.unsqueeze(1)
-        )  # [B, H, K, D/H]
+        glimpse = attention(query, cache.keys, cache.values, mask.unsqueeze(1))  # [B, H, K, D/H]
         context = self.multi_head_combine(glimpse.transpose(1, 2).reshape(b, k, d))
         if self.z_dim > 0:
             if z is None:

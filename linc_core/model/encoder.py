@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
+from linc_core.model.attention import attention
 from linc_core.model.features import NodeInputs, node_input_dim
 from linc_core.problems.spec import problem_spec
 
@@ -69,9 +70,8 @@ class EncoderLayer(nn.Module):
         def heads(t: Tensor) -> Tensor:
             return t.view(b, n, h, d // h).transpose(1, 2)  # [B, H, N, D/H]
 
-        attended = nn.functional.scaled_dot_product_attention(
-            heads(self.Wq(x)), heads(self.Wk(x)), heads(self.Wv(x))
-        )  # [B, H, N, D/H]
+        # [B, H, N, D/H]
+        attended = attention(heads(self.Wq(x)), heads(self.Wk(x)), heads(self.Wv(x)))
         if self.gate_mode is not None:
             gate = torch.sigmoid(self.W_gate(x))  # [B, N, H]
             if self.gate_mode == "centered_sigmoid":

@@ -174,3 +174,24 @@ def policy_trajectory(policy, env, encoded, z, steps):
         trajectory.states.append(state)
         trajectory.actions.append(action)
     return trajectory
+
+
+def test_the_steps_compile_whole_under_bf16_autocast() -> None:
+    """``train.precision=bf16`` with ``train.compile``: the float32 attention on CPU
+    (``linc_core.model.attention``, autocast switched off around it) keeps one graph."""
+    policy = _policy("full_linc", "cvrptw")
+    env, z, state, steps = _mid_rollout(policy, "cvrptw")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            encoded = policy.encode(env.instance)
+            pick = keyed_sampler(rollout_keys(row_seeds(2, BATCH), 0, ROLLOUTS))
+            chooser = PolicyChooser(policy, env, encoded, z, pick, compiled=True)
+            assert graph_breaks(decide_all, chooser, state, torch.tensor(4)) == []
+        encoded = policy.encode(env.instance)
+        trajectory = policy_trajectory(policy, env, encoded, z, steps)
+        weight = torch.linspace(-1.0, 1.0, BATCH * ROLLOUTS).view(BATCH, ROLLOUTS)
+        decisions = pack_decisions(trajectory, weight)
+        assert encoded.cache.keys.dtype == torch.bfloat16  # the half cache the glimpse reads
+        args = (policy, env, trajectory.time_scale, encoded.cache, decisions.state,
+                decisions.action, decisions.weight, decisions.z, None)  # fmt: skip
+        assert graph_breaks(chunk_log_likelihood, *args) == []
