@@ -35,6 +35,7 @@ from linc_core.model.decoder import CONTEXT_SCALARS
 from linc_core.runs.plan import DataSource, RunPlan, resolve_run
 from linc_core.train import train_step
 from linc_core.train.data import generate
+from linc_core.train.precision import resolve_precision
 
 
 def _plan(preset: str, batch: int, rollouts: int, n: int) -> RunPlan:
@@ -81,14 +82,16 @@ def _ours_step_seconds(
     progress: float = 0.5,
     decoding_steps: dict[str, int] | None = None,
     compile: bool = False,
+    precision: str = "fp32",
 ) -> Callable[[int], float]:
     """A function running one seeded ``train_step`` of ``preset`` and returning its seconds.
 
     ``train_preset`` takes the training settings (credit, rollout mask) from another preset;
     ``progress`` is the point of training the step is taken at; ``compile`` sets
-    ``TrainConfig.compile``. ``decoding_steps["last"]`` is set to the decoding steps of the last
-    step run (the rollouts' length, which differs between models: each step costs a decision of
-    every rollout still to decide).
+    ``TrainConfig.compile`` and ``precision`` the step's autocast (``TrainConfig.precision``, on
+    CPU). ``decoding_steps["last"]`` is set to the decoding steps of the last step run (the
+    rollouts' length, which differs between models: each step costs a decision of every
+    rollout still to decide).
     """
     plan = _plan(preset, batch, rollouts, n)
     model, config = plan.model, plan.train
@@ -99,10 +102,11 @@ def _ours_step_seconds(
     policy = LincPolicy(model)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4)
     instance = generate("cvrptw", batch, n, seed)
+    mixed = resolve_precision(precision, "cpu")
 
     def run(step: int) -> float:
         start = time.perf_counter()
-        metrics = train_step(policy, optimizer, instance, config, progress, step)
+        metrics = train_step(policy, optimizer, instance, config, progress, step, precision=mixed)
         seconds = time.perf_counter() - start
         if decoding_steps is not None:
             decoding_steps["last"] = metrics.steps
@@ -203,6 +207,19 @@ def rl4co_step_seconds(
     return run
 
 
+def bf16_matrix_units() -> str:
+    """What runs bf16 matrix products on this CPU: ``AMX``, ``AVX512-BF16`` or ``none``
+    (Linux's CPU flags; ``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    if "amx_bf16" in flags:
+        return "AMX"
+    return "AVX512-BF16" if "avx512_bf16" in flags else "none"
+
+
 def bench_train(
     batch: int = 16, rollouts: int = 128, n: int = 50, repeats: int = 3, peer: bool = True
 ) -> list[dict]:
@@ -225,6 +242,7 @@ def bench_train(
         "baseline_model_linc_credit": ("baseline", {"train_preset": "full_linc"}),
         "full_linc_dense": ("full_linc", {"progress": 0.0}),
         "baseline_dense": ("baseline", {"progress": 0.0}),
+        "full_linc_bf16": ("full_linc", {"precision": "bf16"}),
     }
     last_steps: dict[str, dict[str, int]] = {name: {} for name in settings}
     runners: dict[str, Callable[[int], float]] = {
@@ -300,6 +318,15 @@ def bench_train(
             "baseline",
             "our baseline preset, each with its own credit (cost of LINC = 1/ratio - 1)",
             0.8,
+        )
+    )
+    rows.append(
+        row(
+            "train samples/s full_linc bf16 vs fp32",
+            "full_linc_bf16",
+            "full_linc",
+            f"the same train_step in fp32; this CPU's bf16 matrix units: {bf16_matrix_units()}",
+            None,
         )
     )
     pairs = [

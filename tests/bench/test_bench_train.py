@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.bench_train import decision_multiply_adds
+from bench.bench_train import _ours_step_seconds, bf16_matrix_units, decision_multiply_adds
 from linc_core.model import LincPolicy
 from linc_core.model.sampling import row_seeds, sample_z
 from linc_core.presets import preset_configs
@@ -65,3 +65,12 @@ def test_rl4co_decoding_steps_count_one_training_step_s_decisions() -> None:
         lengths.append(counted["last"])
     assert all(n <= steps <= 2 * n for steps in lengths), lengths
     assert set(counted) == {"last"}
+
+
+def test_the_bf16_row_s_runner_trains_under_the_named_precision() -> None:
+    """The runner resolves ``precision`` as a run does (fp16 is refused on CPU) and steps in
+    bf16; the row names the CPU's bf16 matrix units, which decide whether bf16 can pay."""
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        _ours_step_seconds("full_linc", 2, 4, 8, 0, precision="fp16")
+    assert _ours_step_seconds("full_linc", 2, 4, 8, 0, precision="bf16")(0) > 0
+    assert bf16_matrix_units() in {"AMX", "AVX512-BF16", "none", "unknown"}
