@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from linc_core.config import ModelConfig
-from linc_core.model.attention import attention
+from linc_core.model.encoder import attention
 from linc_core.problems.base import gather_rows
 from linc_core.problems.spec import CONTEXT_SCALARS, problem_spec
 

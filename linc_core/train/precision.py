@@ -11,10 +11,10 @@ then uses (and logs): ``fp32`` on CUDA and on CPU, the faster where measured. Th
   float32's exponent range (no loss scaling); set it where it pays (larger models).
 - fp16 needs a ``GradScaler`` (gradients below 6e-8 underflow) and is CUDA-only here.
 - On CPU, autocast to bf16 runs the same code path (tested), with attention in float32
-  (``linc_core.model.attention``: PyTorch's bf16 CPU attention is 7-10x slower backward). On a
-  CPU with AMX tiles (2026-11-28) bf16 linear layers ran 4.7-6x as fast as fp32, yet a full_linc
-  training step was 1.00x as fast (``python -m bench --only train``): the rest of the step
-  takes back what the matrix units save. Without bf16 matrix units it is slower.
+  (``linc_core.model.encoder.attention``: PyTorch's bf16 CPU attention is 7-10x slower
+  backward). On a CPU with AMX tiles (2026-11-28) bf16 linear layers ran 4.7-6x as fast as
+  fp32, yet a full_linc training step was 0.96-1.00x as fast (``python -m bench --only
+  train``): the rest of the step takes back what the matrix units save.
 
 Autocast covers the forward passes (encoder, rollouts, the replay's recomputation); the backward
 pass runs outside it, as PyTorch recommends. The rollouts' random draws and the advantage use

@@ -178,7 +178,7 @@ def policy_trajectory(policy, env, encoded, z, steps):
 
 def test_the_steps_compile_whole_under_bf16_autocast() -> None:
     """``train.precision=bf16`` with ``train.compile``: the float32 attention on CPU
-    (``linc_core.model.attention``, autocast switched off around it) keeps one graph."""
+    (``linc_core.model.encoder.attention``, autocast switched off around it) keeps one graph."""
     policy = _policy("full_linc", "cvrptw")
     env, z, state, steps = _mid_rollout(policy, "cvrptw")
     with torch.autocast("cpu", dtype=torch.bfloat16):

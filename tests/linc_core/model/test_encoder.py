@@ -1,11 +1,11 @@
-"""``linc_core.model.attention``: float32 attention on CPU under half precision, else as called."""
+"""``linc_core.model.encoder.attention``: float32 on CPU under half precision, else as called."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from linc_core.model.attention import attention
+from linc_core.model.encoder import attention
 
 
 def _inputs(dtype: torch.dtype, queries: int = 5, grad: bool = False):
