@@ -34,8 +34,10 @@ _HALF = (torch.bfloat16, torch.float16)
 def attention(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None) -> Tensor:
     """``scaled_dot_product_attention``: ``[B, H, Q, E]`` from queries ``[B, H, Q, E]``, keys and
     values ``[B, H, N, E]`` and an optional bool ``mask`` broadcast to ``[B, H, Q, N]`` (True =
-    may attend); in float32 on CPU when any input is half precision (the module's reason)."""
-    if query.device.type == "cpu" and (query.dtype in _HALF or keys.dtype in _HALF):
+    may attend); in float32 on CPU under autocast or when an input is half precision (the
+    module's reason)."""
+    half = query.dtype in _HALF or keys.dtype in _HALF or values.dtype in _HALF
+    if query.device.type == "cpu" and (half or torch.is_autocast_enabled("cpu")):
         with torch.autocast("cpu", enabled=False):
             return nn.functional.scaled_dot_product_attention(
                 query.float(), keys.float(), values.float(), attn_mask=mask

@@ -30,6 +30,16 @@ def test_full_precision_is_scaled_dot_product_attention_itself(dtype: torch.dtyp
     )
 
 
+def test_float32_inputs_under_cpu_autocast_stay_float32() -> None:
+    """Autocast would hand ``scaled_dot_product_attention`` bf16 copies of float32 inputs (the
+    slow backward): under it, float32 inputs are attended in float32 as they are."""
+    q, k, v, mask = _inputs(torch.float32)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attention(q, k, v, mask)
+    assert out.dtype == torch.float32 and torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_inputs_on_cpu_run_in_float32(dtype: torch.dtype) -> None:
     """The bf16 CPU kernel is 7-10x slower backward: the inputs are cast up, the result is
