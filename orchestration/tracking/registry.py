@@ -57,6 +57,7 @@ from orchestration.tracking.writer import QUIET_RUN_LINKS
 MODEL_NAME = "policy"  # the logged model's name under its run
 STORAGE_PARAM = "resources.storage"  # the sweep's Tune storage, on its parent run
 POLICY_MODEL_CODE = Path(__file__).with_name("policy_model.py")
+PROGRESS_BAR_VARIABLE = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 EXAMPLE_PARAMS = {"method": "sampling", "num_z": 8, "augment": 1, "seed": 0}
@@ -153,15 +154,28 @@ def signature() -> Any:
 
 @contextmanager
 def _store(tracking_uri: str) -> Iterator[None]:
-    """MLflow's fluent API pointed at ``tracking_uri`` (its environment variable restored)."""
+    """MLflow's fluent API pointed at ``tracking_uri`` (its environment variable restored), with
+    MLflow's own console lines off meanwhile: registering prints "Successfully registered model",
+    "Created version" and a "Downloading artifacts" progress bar on stderr, which the sweep's
+    console promises to keep out (the sweep and ``linc-report register`` print their own line)."""
     import mlflow
+    from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
 
     os.environ.update(QUIET_RUN_LINKS)  # its run's end prints no "View run ... at URL"
     before = os.environ.get("MLFLOW_TRACKING_URI")
+    bar_before = os.environ.get(PROGRESS_BAR_VARIABLE)
+    stream_before = MLFLOW_LOGGING_STREAM.enabled
     mlflow.set_tracking_uri(tracking_uri)
+    os.environ[PROGRESS_BAR_VARIABLE] = "false"
+    MLFLOW_LOGGING_STREAM.enabled = False  # MLflow's eprint and INFO lines; errors still raise
     try:
         yield
     finally:
+        MLFLOW_LOGGING_STREAM.enabled = stream_before
+        if bar_before is None:
+            os.environ.pop(PROGRESS_BAR_VARIABLE, None)
+        else:
+            os.environ[PROGRESS_BAR_VARIABLE] = bar_before
         if before is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
