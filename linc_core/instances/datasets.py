@@ -21,7 +21,13 @@ from linc_core.instances.parquet import (
 )
 
 MANIFEST_NAME = "manifest.json"
-SHARD_PATTERN = re.compile(r"^shard-(\d{5,})\.parquet$")
+# The one form of a shard's file name, from a listing or a manifest: a plain name inside the
+# data set folder (no separator, no "..": a manifest cannot point at another folder's files).
+SHARD_PATTERN = re.compile(r"shard-([0-9]{5,})\.parquet")
+# Most rows a manifest may give one shard: readers size a row order by it before the shard is
+# read, and a shard is read whole (1e7 rows of 20 nodes are already gigabytes).
+MAX_SHARD_ROWS = 10_000_000
+_SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
 def shard_name(index: int) -> str:
@@ -45,40 +51,40 @@ def resolve_filesystem(
     return fs, path.rstrip("/")
 
 
+def _shown(root: str) -> str:
+    """``root`` as named in errors: a URI without its query, which may hold credentials."""
+    return root.split("?", 1)[0] if "://" in root else root
+
+
 def _read_file(fs: pafs.FileSystem, path: str) -> pa.Buffer:
     with fs.open_input_stream(path) as stream:
         return stream.read_buffer()
 
 
+def _member_path(root: str, fs: pafs.FileSystem, path: str, file: str) -> str:
+    """The path of ``file`` in the data set folder ``path``, refusing a name that is not a
+    plain file name and, on a local disk, a link that leads out of the folder."""
+    source = f"{_shown(root)}/{file}"
+    if file != MANIFEST_NAME and not SHARD_PATTERN.fullmatch(file):
+        raise DatasetSchemaError(_shown(root), "file", _short(file), _SHARD_NAME_RULE)
+    member = f"{path}/{file}"
+    if isinstance(fs, pafs.SubTreeFileSystem) and isinstance(fs.base_fs, pafs.LocalFileSystem):
+        folder = os.path.join(fs.base_path, path.lstrip("/"))
+    elif isinstance(fs, pafs.LocalFileSystem):
+        folder = path
+    else:
+        return member  # an object store: a key is a name, never a link
+    real_folder = os.path.realpath(folder)
+    target = os.path.realpath(os.path.join(folder, file))
+    if os.path.dirname(target) != real_folder and os.path.lexists(os.path.join(folder, file)):
+        raise DatasetSchemaError(source, "<file>", target, "a link leading out of the data set")
+    return member
+
+
 def read_shard(path: str, filesystem: pafs.FileSystem | None = None) -> Instance:
     """Read one shard file (local path, URI, or path inside ``filesystem``)."""
     fs, resolved = resolve_filesystem(path, filesystem)
-    return read_shard_bytes(_read_file(fs, resolved), path)[0]
-
-
-def read_manifest(root: str, filesystem: pafs.FileSystem | None = None) -> dict | None:
-    """The data set's ``manifest.json`` as a dict, or None if there is none (yet)."""
-    fs, resolved = resolve_filesystem(root, filesystem)
-    path = f"{resolved}/{MANIFEST_NAME}"
-    if fs.get_file_info(path).type != pafs.FileType.File:
-        return None
-    manifest = json.loads(_read_file(fs, path).to_pybytes())
-    version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise DatasetSchemaError(
-            f"{root}/{MANIFEST_NAME}", "schema_version", version, f"expected {SCHEMA_VERSION}"
-        )
-    return manifest
-
-
-def list_shards(root: str, filesystem: pafs.FileSystem | None = None) -> list[str]:
-    """Shard file names in ``root``, in index order (the manifest's list when there is one)."""
-    manifest = read_manifest(root, filesystem)
-    if manifest is not None:
-        return [shard["file"] for shard in manifest["shards"]]
-    fs, resolved = resolve_filesystem(root, filesystem)
-    infos = fs.get_file_info(pafs.FileSelector(resolved, allow_not_found=True))
-    return sorted(i.base_name for i in infos if SHARD_PATTERN.match(i.base_name))
+    return read_shard_bytes(_read_file(fs, resolved), _shown(path))[0]
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,88 @@ class ShardEntry:
     sha256: str | None
 
 
+def read_manifest(root: str, filesystem: pafs.FileSystem | None = None) -> dict | None:
+    """The data set's ``manifest.json`` as a dict (checked: :func:`manifest_entries`), or
+    None if there is none (yet)."""
+    found = _read_manifest(root, *resolve_filesystem(root, filesystem))
+    return None if found is None else found[0]
+
+
+def _read_manifest(
+    root: str, fs: pafs.FileSystem, path: str
+) -> tuple[dict, list[ShardEntry]] | None:
+    member = f"{path}/{MANIFEST_NAME}"
+    if fs.get_file_info(member).type != pafs.FileType.File:
+        return None
+    source = f"{_shown(root)}/{MANIFEST_NAME}"
+    data = _read_file(fs, _member_path(root, fs, path, MANIFEST_NAME))
+    try:
+        # JSON is UTF-8 (RFC 8259); json.loads(bytes) would guess UTF-16/32 from the bytes.
+        manifest = json.loads(data.to_pybytes().decode("utf-8"))
+    except (ValueError, RecursionError) as err:
+        raise DatasetSchemaError(source, "<file>", None, f"not JSON: {err}") from None
+    if not isinstance(manifest, dict):
+        raise DatasetSchemaError(source, "<top level>", _short(manifest), "expected an object")
+    return manifest, manifest_entries(manifest, source)
+
+
+def manifest_entries(manifest: dict, source: str) -> list[ShardEntry]:
+    """The shards a manifest lists, each checked: a shard file name (:data:`SHARD_PATTERN`),
+    ``rows`` an integer in ``[0, MAX_SHARD_ROWS]``, ``sha256`` 64 lowercase hex digits.
+
+    Raises:
+        DatasetSchemaError: naming ``source``, the field (e.g. ``shards[3].file``) and value.
+    """
+    version = manifest.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise DatasetSchemaError(
+            source, "schema_version", _short(version), f"expected {SCHEMA_VERSION}"
+        )
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise DatasetSchemaError(source, "shards", _short(shards), "expected a list of shards")
+    entries = []
+    for index, shard in enumerate(shards):
+        where = f"shards[{index}]"
+        if not isinstance(shard, dict):
+            raise DatasetSchemaError(source, where, _short(shard), "expected an object")
+        file, rows, sha256 = shard.get("file"), shard.get("rows"), shard.get("sha256")
+        if not (isinstance(file, str) and SHARD_PATTERN.fullmatch(file)):
+            raise DatasetSchemaError(source, f"{where}.file", _short(file), _SHARD_NAME_RULE)
+        if type(rows) is not int or not 0 <= rows <= MAX_SHARD_ROWS:
+            raise DatasetSchemaError(
+                source, f"{where}.rows", _short(rows), f"expected an integer 0 to {MAX_SHARD_ROWS}"
+            )
+        if not (isinstance(sha256, str) and _SHA256_PATTERN.fullmatch(sha256)):
+            raise DatasetSchemaError(
+                source, f"{where}.sha256", _short(sha256), "expected 64 lowercase hex digits"
+            )
+        entries.append(ShardEntry(file, rows, sha256))
+    return entries
+
+
+_SHARD_NAME_RULE = "expected a file name shard-NNNNN.parquet inside the data set folder"
+
+
+def _short(value: object) -> object:
+    """A manifest value as shown in an error: long text cut, containers by their JSON kind."""
+    if isinstance(value, str):
+        return value if len(value) <= 100 else f"{value[:100]}..."
+    if isinstance(value, dict | list):
+        return f"<a JSON {'object' if isinstance(value, dict) else 'array'}>"
+    return value
+
+
+def list_shards(root: str, filesystem: pafs.FileSystem | None = None) -> list[str]:
+    """Shard file names in ``root``, in index order (the manifest's list when there is one)."""
+    fs, resolved = resolve_filesystem(root, filesystem)
+    found = _read_manifest(root, fs, resolved)
+    if found is not None:
+        return [entry.file for entry in found[1]]
+    infos = fs.get_file_info(pafs.FileSelector(resolved, allow_not_found=True))
+    return sorted(i.base_name for i in infos if SHARD_PATTERN.fullmatch(i.base_name))
+
+
 def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]:
     """Shards with row counts: from the manifest, else from each file's Parquet footer.
 
@@ -97,22 +185,22 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
         root: the data set as the caller named it (for error messages).
         fs, path: its file system and the path inside it (:func:`resolve_filesystem`).
     """
-    manifest = read_manifest(path, fs)
-    if manifest is not None:
-        return [ShardEntry(s["file"], int(s["rows"]), s["sha256"]) for s in manifest["shards"]]
+    found = _read_manifest(root, fs, path)
+    if found is not None:
+        return found[1]
     entries = []
     for file in list_shards(path, fs):
-        with fs.open_input_file(f"{path}/{file}") as handle:
+        with fs.open_input_file(_member_path(root, fs, path, file)) as handle:
             entries.append(ShardEntry(file, pq.ParquetFile(handle).metadata.num_rows, None))
     if not entries:
-        raise FileNotFoundError(f"{root}: no manifest.json and no shard-*.parquet files")
+        raise FileNotFoundError(f"{_shown(root)}: no manifest.json and no shard-*.parquet files")
     return entries
 
 
 def load_shard(root: str, fs: pafs.FileSystem, path: str, entry: ShardEntry) -> Instance:
     """Read one shard, checking its sha256 (when known) and row count."""
-    source = f"{root}/{entry.file}"
-    data = _read_file(fs, f"{path}/{entry.file}")
+    source = f"{_shown(root)}/{entry.file}"
+    data = _read_file(fs, _member_path(root, fs, path, entry.file))
     if entry.sha256 is not None and sha256_hex(data) != entry.sha256:
         raise DatasetSchemaError(source, "sha256", sha256_hex(data), "differs from the manifest")
     instance = read_shard_bytes(data, source)[0]
@@ -133,11 +221,13 @@ def load_dataset(root: str, filesystem: pafs.FileSystem | None = None) -> Instan
 
 __all__ = [
     "MANIFEST_NAME",
+    "MAX_SHARD_ROWS",
     "SHARD_PATTERN",
     "ShardEntry",
     "list_shards",
     "load_dataset",
     "load_shard",
+    "manifest_entries",
     "read_manifest",
     "read_shard",
     "resolve_filesystem",

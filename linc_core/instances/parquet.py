@@ -60,10 +60,14 @@ import torch
 
 from linc_core.instances import Instance, InstanceError
 from linc_core.instances.batch import extra_field_shape
+from linc_core.instances.validation import validate_instance
 from linc_core.problems.spec import problem_names, problem_spec
 
 SCHEMA_VERSION = 1
 METADATA_PREFIX = "linc."
+# Largest ``linc.num_nodes`` a shard may claim: a list column's offsets are int32, so one row
+# of ``locs`` (2N values) holds fewer than 2**31 values.
+MAX_NUM_NODES = 2**30 - 1
 
 # Parquet writer settings. Changing any of them changes every shard's bytes and checksum, so
 # they are part of the on-disk format just like the schema.
@@ -180,12 +184,14 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
         The batch, float32 CPU tensors; ``names`` is None when every name is null.
 
     Raises:
-        DatasetSchemaError: wrong or missing schema version, unknown problem, missing column,
-            wrong column type, nulls, or lists of the wrong length.
+        DatasetSchemaError: wrong or missing schema version, unknown problem, bad
+            ``linc.num_nodes``, missing column, wrong column type, nulls, lists of the wrong
+            length, or values :func:`~linc_core.instances.validate_instance` refuses (the
+            error then names the row, e.g. ``shard.parquet (row 3: name)``).
     """
     metadata = shard_metadata(table.schema, source)
     problem = metadata["problem"]
-    num_nodes = _parse_int(metadata, "num_nodes", source)
+    num_nodes = _parse_num_nodes(metadata, source)
     expected = dataset_schema(problem)
     for field in expected:
         if field.name not in table.column_names:
@@ -194,14 +200,15 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
         if got != field.type:
             raise DatasetSchemaError(source, field.name, str(got), f"expected type {field.type}")
     batch = table.num_rows
-    tensors = _defaults(problem, batch, num_nodes)
+    # Every column is checked against num_nodes before anything sized by it is allocated: the
+    # metadata is the file's word only, the columns are the data actually read.
+    columns = {}
     for field_name, (_, width) in _layout(problem).items():
         column = table.column(field_name).combine_chunks()
         if column.null_count:
             raise DatasetSchemaError(source, field_name, "null", "nulls are not allowed")
+        columns[field_name] = column
         if width == 0:
-            values = column.to_numpy()
-            tensors[field_name] = torch.from_numpy(values.copy())
             continue
         row_length = num_nodes * width
         lengths = np.diff(column.offsets.to_numpy())
@@ -211,8 +218,14 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
                 source,
                 f"{field_name}[{int(bad[0])}]",
                 f"length {int(lengths[bad[0]])}",
-                f"expected {row_length} values (num_nodes={num_nodes})",
+                f"expected {row_length} values ({METADATA_PREFIX}num_nodes={num_nodes})",
             )
+    tensors = _defaults(problem, batch, num_nodes)
+    for field_name, (_, width) in _layout(problem).items():
+        column = columns[field_name]
+        if width == 0:
+            tensors[field_name] = torch.from_numpy(column.to_numpy().copy())
+            continue
         flat = column.flatten().to_numpy()
         shape = (batch, num_nodes, width) if width > 1 else (batch, num_nodes)
         tensors[field_name] = torch.from_numpy(flat.reshape(shape).copy())
@@ -221,7 +234,12 @@ def table_to_instance(table: pa.Table, source: str = "<table>") -> Instance:
     if names is not None and any(n is None for n in names):
         raise DatasetSchemaError(source, "name", None, "either every row is named or none")
     extras = {name: tensors.pop(name) for name in problem_spec(problem).extra_fields}
-    return Instance(problem=problem, names=names, extras=extras, **tensors)  # type: ignore[arg-type]
+    instance = Instance(problem=problem, names=names, extras=extras, **tensors)  # type: ignore[arg-type]
+    try:
+        validate_instance(instance, source)
+    except InstanceError as err:  # the data checks every reader runs, as a shard's error
+        raise DatasetSchemaError(err.source, err.field, err.value, err.problem) from None
+    return instance
 
 
 def shard_metadata(schema: pa.Schema, source: str) -> dict[str, str]:
@@ -231,12 +249,14 @@ def shard_metadata(schema: pa.Schema, source: str) -> dict[str, str]:
         DatasetSchemaError: no ``linc.schema_version`` (not a linc shard), another version,
             or an unknown problem.
     """
-    raw = schema.metadata or {}
-    metadata = {
-        key.decode()[len(METADATA_PREFIX) :]: value.decode()
-        for key, value in raw.items()
-        if key.decode().startswith(METADATA_PREFIX)
-    }
+    metadata = {}
+    for key, value in (schema.metadata or {}).items():
+        try:
+            key_text, value_text = key.decode(), value.decode()
+        except UnicodeDecodeError:
+            raise DatasetSchemaError(source, "<metadata>", key, "not UTF-8 text") from None
+        if key_text.startswith(METADATA_PREFIX):
+            metadata[key_text[len(METADATA_PREFIX) :]] = value_text
     version = metadata.get("schema_version")
     if version != str(SCHEMA_VERSION):
         raise DatasetSchemaError(
@@ -309,18 +329,23 @@ def _metadata(problem: str, num_nodes: int, extra: Mapping[str, object]) -> dict
     return metadata
 
 
-def _parse_int(metadata: Mapping[str, str], key: str, source: str) -> int:
-    value = metadata.get(key)
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+def _parse_num_nodes(metadata: Mapping[str, str], source: str) -> int:
+    """``linc.num_nodes``: a plain decimal integer in ``[1, MAX_NUM_NODES]``."""
+    value = metadata.get("num_nodes")
+    plain = value is not None and value.isascii() and value.isdecimal() and len(value) <= 12
+    if not (plain and 1 <= int(value) <= MAX_NUM_NODES):  # type: ignore[arg-type]
         raise DatasetSchemaError(
-            source, f"{METADATA_PREFIX}{key}", value, "expected an integer"
-        ) from None
+            source,
+            f"{METADATA_PREFIX}num_nodes",
+            value,
+            f"expected an integer from 1 to {MAX_NUM_NODES}",
+        )
+    return int(value)  # type: ignore[arg-type]
 
 
 __all__ = [
     "DatasetSchemaError",
+    "MAX_NUM_NODES",
     "METADATA_PREFIX",
     "SCHEMA_VERSION",
     "dataset_schema",

@@ -3,9 +3,20 @@ let each customer be served on a route of its own.
 
 Errors are :class:`~linc_core.instances.batch.InstanceError`: one line naming the source (file),
 the field (e.g. ``demand[7]``) and its value.
+
+Every check is computed for many batch rows at once (numpy over ``[rows, nodes]``), so a
+Parquet shard of thousands of instances is checked at about the cost of reading it. A problem's
+``check_data`` hook is still called once per row (a problem defined elsewhere writes it for one
+row); while :func:`validate_instance` runs, the built-in :func:`check_loads` and
+:func:`check_time_windows` answer a row from one batched pass over the whole batch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,8 +41,8 @@ def _plain(value: float) -> float | int:
     return int(as_float) if as_float.is_integer() and abs(as_float) < 1e15 else as_float
 
 
-def _exceeds(value: float, limit: float) -> bool:
-    return value > limit + _FEASIBILITY_TOLERANCE * max(1.0, abs(limit))
+def _exceeds(value: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    return value > limit + _FEASIBILITY_TOLERANCE * np.maximum(1.0, np.abs(limit))
 
 
 def instance_from_arrays(
@@ -54,76 +65,44 @@ def instance_from_arrays(
 def validate_instance(instance: Instance, source: str) -> None:
     """Check an instance's data, raising on the first problem found.
 
-    Checks, per batch row: at least one customer (city); finite coordinates within
-    ``MAX_MAGNITUDE``; then the problem's own (its spec's ``check_data``): for CVRP
-    :func:`check_loads`, for CVRPTW also :func:`check_time_windows`.
+    Checks: at least one customer (city); finite coordinates and grid size within
+    ``MAX_MAGNITUDE`` (every row at once); then, row by row, the problem's own (its spec's
+    ``check_data``): for CVRP :func:`check_loads`, for CVRPTW also :func:`check_time_windows`.
 
     Args:
         instance: the batch to check (any B).
-        source: where it came from (usually the file path), named in every error.
+        source: where it came from (usually the file path), named in every error; for B > 1
+            the error also names the row (``source (row 3: name)``).
 
     Raises:
         InstanceError: naming ``source``, the field (e.g. ``demand[7]``) and its value.
     """
-    for row in range(instance.batch_size):
-        label = source
-        if instance.batch_size > 1:
-            name = instance.names[row] if instance.names is not None else str(row)
-            label = f"{source} (row {row}: {name})"
-        _validate_row(instance, row, label)
-
-
-def _first_index(mask: np.ndarray) -> int | None:
-    hits = np.flatnonzero(mask)
-    return int(hits[0]) if hits.size else None
-
-
-def row_values(instance: Instance, row: int, name: str) -> np.ndarray:
-    """Field ``name`` of batch row ``row`` as float64 numpy (what the checks read)."""
-    return getattr(instance, name)[row].detach().cpu().to(torch.float64).numpy()
-
-
-def _validate_row(instance: Instance, row: int, source: str) -> None:
-    locs = row_values(instance, row, "locs")
     if instance.num_customers < 1:
         raise InstanceError(source, "locs", f"{instance.num_nodes} nodes", "no customer")
-    bad = _first_index(~np.isfinite(locs).all(axis=1))
-    if bad is not None:
-        raise InstanceError(source, f"locs[{bad}]", locs[bad].tolist(), "non-finite coordinate")
-    bad = _first_index((np.abs(locs) > MAX_MAGNITUDE).any(axis=1))
-    if bad is not None:
-        raise InstanceError(
-            source, f"locs[{bad}]", locs[bad].tolist(), f"a coordinate beyond +-{MAX_MAGNITUDE:g}"
-        )
+
+    def label(row: int) -> str:
+        if instance.batch_size == 1:
+            return source
+        name = instance.names[row] if instance.names is not None else str(row)
+        # A name comes from the data (a Parquet column): quoted when it could break the line.
+        return f"{source} (row {row}: {name if name.isprintable() else repr(name)})"
+
+    _raise_first(_coordinate_checks(instance, slice(None)), label)
     check_data = problem_spec(instance.problem).check_data
-    if check_data is not None:
-        check_data(instance, row, source)
+    if check_data is None:
+        return
+    token = _BATCH_PASS.set(_BatchPass(instance))
+    try:
+        for row in range(instance.batch_size):
+            check_data(instance, row, label(row))
+    finally:
+        _BATCH_PASS.reset(token)
 
 
 def check_loads(instance: Instance, row: int, source: str) -> None:
     """A finite positive capacity, no negative demand, a zero depot demand and no demand above
     capacity (the data checks of every problem with loads)."""
-    capacity = float(row_values(instance, row, "capacity"))
-    if not (np.isfinite(capacity) and 0 < capacity <= MAX_MAGNITUDE):
-        raise InstanceError(
-            source, "capacity", _plain(capacity), f"must be positive and at most {MAX_MAGNITUDE:g}"
-        )
-    demand = row_values(instance, row, "demand")
-    bad = _first_index(~np.isfinite(demand) | (demand < 0))
-    if bad is not None:
-        raise InstanceError(
-            source, f"demand[{bad}]", _plain(demand[bad]), "negative or non-finite demand"
-        )
-    if demand[0] != 0:
-        raise InstanceError(source, "demand[0]", _plain(demand[0]), "the depot's demand must be 0")
-    bad = _first_index(demand > capacity)
-    if bad is not None:
-        raise InstanceError(
-            source,
-            f"demand[{bad}]",
-            _plain(demand[bad]),
-            f"exceeds the vehicle capacity {_plain(capacity)}: no route can serve this customer",
-        )
+    _check_row(instance, row, source, _load_checks)
 
 
 def check_time_windows(instance: Instance, row: int, source: str) -> None:
@@ -135,61 +114,201 @@ def check_time_windows(instance: Instance, row: int, source: str) -> None:
     Exact distances are never shorter than the DIMACS truncated ones, so a customer that
     passes here is servable under every convention the verifier knows.
     """
-    locs = row_values(instance, row, "locs")
-    windows = row_values(instance, row, "time_windows")
-    service = row_values(instance, row, "service_time")
-    alpha = float(instance.travel_time_scale[row])
-    if not (np.isfinite(alpha) and 0 < alpha <= MAX_MAGNITUDE):
-        raise InstanceError(
-            source, "travel_time_scale", alpha, f"must be positive and at most {MAX_MAGNITUDE:g}"
-        )
-    bad = _first_index(~np.isfinite(service) | (service < 0) | (service > MAX_MAGNITUDE))
-    if bad is not None:
-        raise InstanceError(
-            source,
-            f"service_time[{bad}]",
-            _plain(service[bad]),
-            f"negative, non-finite or beyond {MAX_MAGNITUDE:g} service time",
-        )
-    ready, due = windows[:, 0], windows[:, 1]
-    bad = _first_index(~(np.abs(windows) <= MAX_MAGNITUDE).all(axis=1))
-    if bad is not None:
-        raise InstanceError(
-            source,
-            f"time_windows[{bad}]",
-            [_plain(ready[bad]), _plain(due[bad])],
-            f"a time that is not finite or beyond +-{MAX_MAGNITUDE:g}",
-        )
-    bad = _first_index(ready > due)
-    if bad is not None:
-        raise InstanceError(
-            source,
-            f"time_windows[{bad}]",
-            [_plain(ready[bad]), _plain(due[bad])],
-            "ready time is after the due time",
-        )
-    # Exact Euclidean depot<->customer travel times, computed here on purpose (no shared
-    # distance code with the environments or the verifier).
-    to_customer = np.hypot(*(locs[1:] - locs[0]).T) * alpha
-    horizon = float(due[0])
-    for customer in range(1, locs.shape[0]):
-        travel = float(to_customer[customer - 1])
-        arrival = travel
-        window = [_plain(ready[customer]), _plain(due[customer])]
-        if _exceeds(arrival, float(due[customer])):
-            raise InstanceError(
-                source,
-                f"time_windows[{customer}]",
-                window,
-                f"customer {customer} cannot be served even alone: earliest arrival "
-                f"{arrival:.4f} from the depot is after its due time",
+    _check_row(instance, row, source, _window_checks)
+
+
+def row_values(instance: Instance, row: int, name: str) -> np.ndarray:
+    """Field ``name`` of batch row ``row`` as float64 numpy (what the checks read)."""
+    return _values(instance, row, name)
+
+
+# ---------------------------------------------------------------------------- batched checks
+class _Check(NamedTuple):
+    """One data check over several rows: where it fails and how a failure is named.
+
+    ``bad`` is ``[R]`` for a value per instance (the field is ``name``) or ``[R, N]`` for a
+    value per node (the field is ``name[node]``); ``value`` and ``reason`` take the failing
+    ``(row, node)`` (node 0 for a value per instance).
+    """
+
+    name: str
+    bad: np.ndarray
+    value: Callable[[int, int], object]
+    reason: str | Callable[[int, int], str]
+
+
+RowSelection = int | slice
+ChecksOf = Callable[[Instance, slice], list[_Check]]
+
+
+def _values(instance: Instance, rows: RowSelection, name: str) -> np.ndarray:
+    return getattr(instance, name)[rows].detach().cpu().to(torch.float64).numpy()
+
+
+def _first_failing_row(checks: list[_Check]) -> int | None:
+    if not checks:
+        return None
+    failing = np.zeros(checks[0].bad.shape[0], dtype=bool)
+    for check in checks:
+        failing |= check.bad.reshape(failing.size, -1).any(axis=1)
+    hits = np.flatnonzero(failing)
+    return int(hits[0]) if hits.size else None
+
+
+def _raise_first(checks: list[_Check], label: Callable[[int], str]) -> None:
+    """Raise for the first failing check of the first row failing any (the per-row order)."""
+    row = _first_failing_row(checks)
+    if row is None:
+        return
+    for check in checks:
+        hits = np.flatnonzero(np.atleast_1d(check.bad[row]))
+        if not hits.size:
+            continue
+        node = int(hits[0])
+        name = check.name if check.bad.ndim == 1 else f"{check.name}[{node}]"
+        reason = check.reason if isinstance(check.reason, str) else check.reason(row, node)
+        raise InstanceError(label(row), name, check.value(row, node), reason)
+
+
+@dataclass
+class _BatchPass:
+    """The first failing row of each built-in check over one batch, computed once."""
+
+    instance: Instance
+    first_failing: dict[ChecksOf, int | None] = field(default_factory=dict)
+
+    def passes(self, instance: Instance, row: int, checks_of: ChecksOf) -> bool:
+        if instance is not self.instance:
+            return False
+        if checks_of not in self.first_failing:
+            self.first_failing[checks_of] = _first_failing_row(checks_of(instance, slice(None)))
+        first = self.first_failing[checks_of]
+        return first is None or row < first
+
+
+_BATCH_PASS: ContextVar[_BatchPass | None] = ContextVar("linc_batch_pass", default=None)
+
+
+def _check_row(instance: Instance, row: int, source: str, checks_of: ChecksOf) -> None:
+    batch_pass = _BATCH_PASS.get()
+    if batch_pass is not None and batch_pass.passes(instance, row, checks_of):
+        return
+    _raise_first(checks_of(instance, slice(row, row + 1)), lambda _: source)
+
+
+def _coordinate_checks(instance: Instance, rows: slice) -> list[_Check]:
+    locs = _values(instance, rows, "locs")
+    grid = _values(instance, rows, "grid_size")
+    with np.errstate(invalid="ignore"):
+        return [
+            _Check(
+                "locs",
+                ~np.isfinite(locs).all(axis=2),
+                lambda r, n: locs[r, n].tolist(),
+                "non-finite coordinate",
+            ),
+            _Check(
+                "locs",
+                (np.abs(locs) > MAX_MAGNITUDE).any(axis=2),
+                lambda r, n: locs[r, n].tolist(),
+                f"a coordinate beyond +-{MAX_MAGNITUDE:g}",
+            ),
+            # After the coordinates: a reader derives the grid from them.
+            _Check(
+                "grid_size",
+                ~(np.isfinite(grid) & (grid >= 0) & (grid <= MAX_MAGNITUDE)),
+                lambda r, _: float(grid[r]),
+                f"must be finite, non-negative and at most {MAX_MAGNITUDE:g}",
+            ),
+        ]
+
+
+def _load_checks(instance: Instance, rows: slice) -> list[_Check]:
+    capacity = _values(instance, rows, "capacity")
+    demand = _values(instance, rows, "demand")
+    with np.errstate(invalid="ignore"):
+        depot = np.zeros_like(demand, dtype=bool)
+        depot[:, 0] = demand[:, 0] != 0
+        return [
+            _Check(
+                "capacity",
+                ~(np.isfinite(capacity) & (capacity > 0) & (capacity <= MAX_MAGNITUDE)),
+                lambda r, _: _plain(capacity[r]),
+                f"must be positive and at most {MAX_MAGNITUDE:g}",
+            ),
+            _Check(
+                "demand",
+                ~np.isfinite(demand) | (demand < 0),
+                lambda r, n: _plain(demand[r, n]),
+                "negative or non-finite demand",
+            ),
+            _Check(
+                "demand", depot, lambda r, n: _plain(demand[r, n]), "the depot's demand must be 0"
+            ),
+            _Check(
+                "demand",
+                demand > capacity[:, None],
+                lambda r, n: _plain(demand[r, n]),
+                lambda r, _: (
+                    f"exceeds the vehicle capacity {_plain(capacity[r])}: no route "
+                    "can serve this customer"
+                ),
+            ),
+        ]
+
+
+def _window_checks(instance: Instance, rows: slice) -> list[_Check]:
+    locs = _values(instance, rows, "locs")
+    windows = _values(instance, rows, "time_windows")
+    service = _values(instance, rows, "service_time")
+    alpha = _values(instance, rows, "travel_time_scale")
+    ready, due = windows[..., 0], windows[..., 1]
+
+    def window(r: int, n: int) -> list[float | int]:
+        return [_plain(ready[r, n]), _plain(due[r, n])]
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        # Exact Euclidean depot<->node travel times, computed here on purpose (no shared
+        # distance code with the environments or the verifier); the depot's own is 0.
+        offsets = locs - locs[:, :1]
+        travel = np.hypot(offsets[..., 0], offsets[..., 1]) * alpha[:, None]
+        horizon = due[:, :1]
+        back = np.maximum(travel, ready) + service + travel
+        late = _exceeds(travel, due)
+        late[:, 0] = False
+        unservable = late | _exceeds(back, horizon)
+        unservable[:, 0] = False
+
+        def why_unservable(r: int, n: int) -> str:
+            if late[r, n]:
+                return (
+                    f"customer {n} cannot be served even alone: earliest arrival "
+                    f"{travel[r, n]:.4f} from the depot is after its due time"
+                )
+            return (
+                f"customer {n} cannot be served even alone: earliest return to the depot "
+                f"{back[r, n]:.4f} is after the depot due time {_plain(horizon[r, 0])}"
             )
-        back = max(arrival, float(ready[customer])) + float(service[customer]) + travel
-        if _exceeds(back, horizon):
-            raise InstanceError(
-                source,
-                f"time_windows[{customer}]",
+
+        return [
+            _Check(
+                "travel_time_scale",
+                ~(np.isfinite(alpha) & (alpha > 0) & (alpha <= MAX_MAGNITUDE)),
+                lambda r, _: float(alpha[r]),
+                f"must be positive and at most {MAX_MAGNITUDE:g}",
+            ),
+            _Check(
+                "service_time",
+                ~np.isfinite(service) | (service < 0) | (service > MAX_MAGNITUDE),
+                lambda r, n: _plain(service[r, n]),
+                f"negative, non-finite or beyond {MAX_MAGNITUDE:g} service time",
+            ),
+            _Check(
+                "time_windows",
+                ~(np.abs(windows) <= MAX_MAGNITUDE).all(axis=2),
                 window,
-                f"customer {customer} cannot be served even alone: earliest return to the "
-                f"depot {back:.4f} is after the depot due time {_plain(horizon)}",
-            )
+                f"a time that is not finite or beyond +-{MAX_MAGNITUDE:g}",
+            ),
+            _Check("time_windows", ready > due, window, "ready time is after the due time"),
+            _Check("time_windows", unservable, window, why_unservable),
+        ]

@@ -3,6 +3,7 @@ Ray, no S3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from linc_core.instances.parquet import (
     sha256_hex,
 )
 from linc_core.problems import generate_cvrp, generate_cvrptw_envelope, generate_tsp
+from tests.conftest import fresh_python
 
 
 def assert_bit_identical(left: Instance, right: Instance) -> None:
@@ -165,3 +167,96 @@ def test_load_dataset_and_checksum(tmp_path: Path) -> None:
     tampered.write_bytes(other)
     with pytest.raises(DatasetSchemaError, match="sha256"):
         load_dataset(str(tmp_path / "set"))
+
+
+def edited(instance: Instance, field: str, row: int, index: tuple, value: float) -> Instance:
+    """``instance`` with one value of one row replaced."""
+    tensor = getattr(instance, field).clone()
+    tensor[(row, *index)] = value
+    return dataclasses.replace(instance, **{field: tensor})
+
+
+@pytest.mark.parametrize(
+    ("problem", "field", "index", "value", "shown_field", "shown", "reason"),
+    [
+        ("cvrp", "locs", (3, 0), float("nan"), "locs[3]", None, "non-finite"),
+        ("tsp", "locs", (2, 1), float("inf"), "locs[2]", None, "non-finite"),
+        ("cvrp", "demand", (2,), -5.0, "demand[2]", -5, "negative"),
+        ("cvrp", "capacity", (), 0.0, "capacity", 0, "must be positive"),
+        ("cvrp", "grid_size", (), float("nan"), "grid_size", None, "finite"),
+        ("cvrptw", "time_windows", (4, 0), 1e6, "time_windows[4]", None, "ready time is after"),
+        ("cvrptw", "service_time", (1,), float("nan"), "service_time[1]", None, "non-finite"),
+        ("cvrptw", "travel_time_scale", (), -1.0, "travel_time_scale", -1.0, "positive"),
+    ],
+)
+def test_shard_values_are_checked_naming_file_row_field_and_value(
+    tmp_path: Path, problem, field, index, value, shown_field, shown, reason
+) -> None:
+    good = sample(problem)
+    names = tuple(f"i{k}" for k in range(good.batch_size))
+    bad = edited(dataclasses.replace(good, names=names), field, 4, index, value)
+    path = tmp_path / "bad.parquet"
+    write_table(path, instance_to_table(bad))
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard(str(path))
+    message = str(err.value)
+    assert message.startswith(f"{path} (row 4: i4): field '{shown_field}' = "), message
+    assert reason in message and "\n" not in message
+    if shown is not None:
+        assert err.value.value == shown
+    write_set(tmp_path / "set", [good, bad])  # through a data set too: the shard's file
+    with pytest.raises(DatasetSchemaError, match=rf"set/{shard_name(1)} \(row 4: i4\)"):
+        load_dataset(str(tmp_path / "set"))
+
+
+def test_a_row_name_cannot_break_the_error_line(tmp_path: Path) -> None:
+    good = sample("cvrp")
+    names = ("a",) * 5 + ("evil\nINFO all good",)
+    bad = edited(dataclasses.replace(good, names=names), "demand", 5, (1,), -1.0)
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard_bytes(parquet_bytes(instance_to_table(bad)), "mem.parquet")
+    assert "\n" not in str(err.value) and "'evil\\nINFO all good'" in str(err.value)
+
+
+def with_metadata(table: pa.Table, key: bytes, value: bytes) -> bytes:
+    return parquet_bytes(table.replace_schema_metadata(table.schema.metadata | {key: value}))
+
+
+@pytest.mark.parametrize(
+    "claim", [b"-11", b"0", b"1000000000000000", b"1073741824", b"1_0", b" 21", b"21.0", b"x"]
+)
+def test_a_bad_num_nodes_claim_is_refused_before_any_allocation(claim: bytes) -> None:
+    data = with_metadata(instance_to_table(sample("cvrp")), b"linc.num_nodes", claim)
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard_bytes(data, "claim.parquet")
+    assert str(err.value).startswith("claim.parquet: field 'linc.num_nodes' = ")
+    assert err.value.value == claim.decode() and "from 1 to" in str(err.value)
+
+
+def test_a_num_nodes_claim_is_checked_against_the_columns_first() -> None:
+    # A 2 KB shard claiming 20 million nodes: refused by the list lengths, and the reader's
+    # peak memory stays that of a small shard (it used to allocate ~2 GB of defaults first).
+    out = fresh_python(
+        "import resource\n"
+        "from linc_core.instances.parquet import instance_to_table, parquet_bytes, "
+        "read_shard_bytes\n"
+        "from linc_core.problems import generate_cvrp\n"
+        "table = instance_to_table(generate_cvrp(6, 20, 3))\n"
+        "meta = table.schema.metadata | {b'linc.num_nodes': b'20000000'}\n"
+        "data = parquet_bytes(table.replace_schema_metadata(meta))\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    read_shard_bytes(data, 'claim.parquet')\n"
+        "except ValueError as err:\n"
+        "    print(type(err).__name__, err)\n"
+        "print('grew_mib', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    assert int(out.split("grew_mib")[1]) < 200, out
+    assert "DatasetSchemaError claim.parquet: field 'locs[0]' = 'length 42'" in out
+    assert "linc.num_nodes=20000000" in out
+
+
+def test_non_utf8_metadata_is_refused() -> None:
+    data = with_metadata(instance_to_table(sample("cvrp")), b"linc.\xff", b"1")
+    with pytest.raises(DatasetSchemaError, match="<metadata>.*not UTF-8"):
+        read_shard_bytes(data, "meta.parquet")

@@ -3,6 +3,7 @@ real Solomon file by editing one value."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,11 @@ import pytest
 import torch
 
 from linc_core.instances import Instance, InstanceError, read_solomon, validate_instance
-from linc_core.instances.validation import instance_from_arrays
+from linc_core.instances.validation import (
+    check_loads,
+    check_time_windows,
+    instance_from_arrays,
+)
 from tests.instance_helpers import assert_names, edit_solomon_row, solomon_text, write_file
 
 
@@ -139,3 +144,48 @@ def test_a_row_without_customers_is_refused() -> None:
         instance_from_arrays("cvrp", "row 0", [[0.0, 0.0]], demand=[0.0], capacity=1.0)
     with pytest.raises(InstanceError, match="expected"):
         instance_from_arrays("tsp", "row 0", [])
+
+
+# One bad value per case (row 37 of 64): the batched checks must name exactly what checking
+# that row alone names, and pass every good row.
+BATCH_EDITS = [
+    ("locs", (5, 1), float("nan")),
+    ("locs", (9, 0), 2e9),
+    ("grid_size", (), float("inf")),
+    ("capacity", (), 0.0),
+    ("demand", (3,), -2.0),
+    ("demand", (0,), 1.0),
+    ("demand", (7,), 1e6),
+    ("travel_time_scale", (), float("nan")),
+    ("service_time", (2,), -1.0),
+    ("time_windows", (6, 1), float("inf")),
+    ("time_windows", (4, 0), 1e5),
+    ("time_windows", (8, 1), 0.0),  # due before the earliest arrival
+    ("time_windows", (0, 1), 1.0),  # depot due: no customer can come back in time
+]
+
+
+@pytest.mark.parametrize(("field", "index", "value"), BATCH_EDITS)
+def test_the_batched_checks_name_what_one_row_alone_names(field, index, value) -> None:
+    from linc_core.problems import generate_cvrptw_envelope
+
+    good = generate_cvrptw_envelope(64, 20, seed=5).to(dtype=torch.float64)
+    validate_instance(good, "generated")  # every row passes
+    tensor = getattr(good, field).clone()
+    tensor[(37, *index)] = value
+    bad = dataclasses.replace(good, **{field: tensor})
+    with pytest.raises(InstanceError) as alone:
+        validate_instance(bad.select([37]), "generated")
+    with pytest.raises(InstanceError) as batched:
+        validate_instance(bad, "generated")
+    assert batched.value.source == "generated (row 37: 37)"
+    for name in ("field", "problem"):
+        assert getattr(batched.value, name) == getattr(alone.value, name)
+    assert repr(batched.value.value) == repr(alone.value.value)
+    # The per-row checks a problem's hook calls give the same answer outside a batched pass.
+    if field not in ("locs", "grid_size"):
+        row_check = check_loads if field in ("capacity", "demand") else check_time_windows
+        with pytest.raises(InstanceError) as direct:
+            row_check(bad, 37, "row")
+        assert direct.value.field == alone.value.field
+        row_check(bad, 36, "row")  # a good row passes
