@@ -3,12 +3,16 @@
 Both commands load a checkpoint, decode a benchmark set with ``--z`` rollouts per instance
 under a seed, on a device with a thread count, and write into an output folder; each command
 states its own defaults and adds its own flags after these. A checkpoint or a set that cannot
-be loaded is a :class:`CommandLineError`: one line on stderr and exit 2, never a traceback.
+be loaded, or an output folder that cannot be written (:func:`check_writable_folder`, which
+``linc-train --out`` uses too), is a :class:`CommandLineError`: one line on stderr and exit 2,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +68,26 @@ def apply_runtime_flags(args: argparse.Namespace) -> None:
 
 class CommandLineError(Exception):
     """A command that cannot start (missing file, empty set): its one-line reason."""
+
+
+def check_writable_folder(flag: str, folder: Path) -> None:
+    """Create ``folder`` if missing and write a probe file in it (deleted on close), so that a
+    command refuses an output folder it cannot write before it works, not after: linc-train
+    would otherwise fail on its first checkpoint, an epoch in. Any command's ``--out``.
+
+    Raises:
+        CommandLineError: ``{flag}: cannot write to {folder} ({reason})``, as linc-tune words
+            its ``cluster.storage`` check.
+    """
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise CommandLineError(f"{flag}: cannot write to {folder} ({reason})") from None
 
 
 def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:

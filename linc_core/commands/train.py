@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from linc_core.commands.flags import CommandLineError, check_writable_folder
 from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
@@ -168,7 +169,8 @@ def plan_from_args(args: argparse.Namespace) -> RunPlan:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _train(argv)
-    except CheckpointError as err:  # --resume, --warm-start or --morph-from: one line, unrun
+    # --resume, --warm-start or --morph-from (one line, unrun), or an --out it cannot write
+    except (CheckpointError, CommandLineError) as err:
         print(f"linc-train: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
 
@@ -183,6 +185,16 @@ def _train(argv: Sequence[str] | None) -> int:
     except ValueError as err:  # a ConfigError or a setting the configs refuse
         print(f"linc-train: invalid settings: {err}", file=sys.stderr)
         return 2
+    # Every file the run reads or writes is checked before anything is printed or trained
+    # (--resume was, by plan_from_args). Building these policies draws from torch's global
+    # generator, which nothing reads after initial_policy reseeds it (later draws are keyed).
+    morph_from = source = None
+    if args.morph_from is not None:
+        morph_from, _ = policy_from_checkpoint(args.morph_from, args.device)
+    if args.warm_start is not None:
+        source, _ = policy_from_checkpoint(args.warm_start)
+    if args.out is not None:
+        check_writable_folder("--out", args.out)
     tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -193,12 +205,8 @@ def _train(argv: Sequence[str] | None) -> int:
             {"preset": args.preset, "model": to_dict(plan.model), "train": to_dict(plan.train)}
         )
     )
-    morph_from = None
-    if args.morph_from is not None:
-        morph_from, _ = policy_from_checkpoint(args.morph_from, args.device)
     policy = initial_policy(plan.model, plan.train)
-    if args.warm_start is not None:
-        source, _ = policy_from_checkpoint(args.warm_start)
+    if source is not None:
         copied = warm_start(policy, source)
         print(f"warm start: {len(copied)} tensors from {args.warm_start}")
     started = time.perf_counter()

@@ -25,6 +25,8 @@ import vrplib
 from linc_core.instances.batch import InstanceError
 
 DEFAULT_READER_DTYPE: torch.dtype = torch.float64
+# What readers say of inf, nan, or a number too large for a float64 (1e400 reads as inf).
+NOT_FINITE = "not a finite number (inf, nan, or beyond the range of a float64)"
 
 
 def read_text(path: str | os.PathLike[str], source: str) -> str:
@@ -48,8 +50,14 @@ def parse_with_vrplib(path: str | os.PathLike[str], source: str, file_format: st
 
 
 def grid_size(coords: np.ndarray, ladder: Sequence[float]) -> float:
-    """Smallest ladder value holding every coordinate, else ceil(max coordinate) (>= 1)."""
+    """Smallest ladder value holding every coordinate, else ceil(max coordinate) (>= 1).
+
+    Readers refuse non-finite coordinates first, naming the file and node (``NOT_FINITE``);
+    a caller that did not gets a ``ValueError`` here, not an ``OverflowError`` from ``ceil``.
+    """
     top = float(np.max(coords)) if coords.size else 1.0
+    if not math.isfinite(top):
+        raise ValueError(f"grid_size: the coordinates hold {top} ({NOT_FINITE})")
     for side in ladder:
         if top <= side:
             return float(side)

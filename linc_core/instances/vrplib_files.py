@@ -7,6 +7,7 @@ reported before missing ones: a file cut short loses its later sections too.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import vrplib
 from linc_core.instances.batch import Instance, InstanceError
 from linc_core.instances.reading import (
     DEFAULT_READER_DTYPE,
+    NOT_FINITE,
     grid_size,
     parse_with_vrplib,
     parses_as,
@@ -57,7 +59,7 @@ def _read_vrplib(
     Returns:
         The raw vrplib dict and the checked ``[DIMENSION, ...]`` arrays.
     """
-    read_text(path, source)  # binary files fail with a named error, not a decode trace
+    text = read_text(path, source)  # binary files fail with a named error, not a decode trace
     data = parse_with_vrplib(path, source, "vrplib")
     for key in ("dimension", "edge_weight_type"):
         if key not in data:
@@ -71,7 +73,7 @@ def _read_vrplib(
     # Sections that are present but shorter than DIMENSION come first: a file cut short
     # loses its later sections too, and the short one is the better clue.
     arrays = {
-        key: _numeric_array(data, key, (dimension, *trailing), source)
+        key: _numeric_array(data, key, (dimension, *trailing), source, text)
         for key, trailing in node_sections.items()
         if key in data
     }
@@ -84,9 +86,10 @@ def _read_vrplib(
 
 
 def _numeric_array(
-    data: dict[str, object], key: str, shape: tuple[int, ...], source: str
+    data: dict[str, object], key: str, shape: tuple[int, ...], source: str, text: str
 ) -> np.ndarray:
-    """The section as a float64 array of the expected shape (a short one means truncation)."""
+    """The section as a float64 array of the expected shape (a short one means truncation),
+    every value finite (``text``, the file's, names a non-finite one as written)."""
     raw = data[key]
     field = _VRPLIB_FIELD_NAMES.get(key, key.upper())
     if not isinstance(raw, np.ndarray) or raw.shape != shape:
@@ -100,7 +103,41 @@ def _numeric_array(
     if not np.issubdtype(raw.dtype, np.number):
         bad = next(v for v in raw.reshape(-1) if isinstance(v, str) and not parses_as(v, float))
         raise InstanceError(source, field, bad, "not a number")
-    return raw.astype(np.float64)
+    values = raw.astype(np.float64)
+    # inf, nan and numbers beyond float64 (1e400 parses as inf) stop here, before any
+    # arithmetic on them (grid sizes, scaling) fails with an unnamed overflow.
+    non_finite = np.argwhere(~np.isfinite(values))
+    if non_finite.size:
+        row, *column = non_finite[0].tolist()
+        node, token = _section_entry(text, field, row, column[0] if column else 0)
+        where = f"{field} node {node or row + 1}" + (f" {'xy'[column[0]]}" if column else "")
+        raise InstanceError(source, where, token or float(values[row, *column]), NOT_FINITE)
+    return values
+
+
+def _section_entry(text: str, section: str, row: int, column: int) -> tuple[str | None, ...]:
+    """The node id and the non-finite token, as the file writes them, of entry ``column`` of
+    row ``row`` of ``section`` (``1e400``, which vrplib has read as ``inf``); ``None`` where the
+    text does not lay them out as vrplib read them."""
+    lines = [line.split() for line in text.splitlines()]
+    heads = (i for i, words in enumerate(lines) if words and words[0].upper() == section)
+    start = next(heads, None)
+    rows = [words for words in lines[start + 1 :] if words] if start is not None else []
+    if row >= len(rows) or column + 1 >= len(rows[row]):
+        return None, None
+    token = rows[row][column + 1]
+    if not parses_as(token, float) or math.isfinite(float(token)):
+        return None, None  # not the entry vrplib read
+    return rows[row][0], token
+
+
+def _header_value(text: str, key: str) -> str | None:
+    """The value of header line ``KEY : value`` as the file writes it."""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().upper() == key:
+            return value.strip()
+    return None
 
 
 def _check_type(data: dict[str, object], expected: str, source: str) -> None:
@@ -164,6 +201,9 @@ def read_cvrplib(
     capacity = data["capacity"]
     if not isinstance(capacity, int | float):
         raise InstanceError(source, "CAPACITY", capacity, "not a number")
+    if not math.isfinite(capacity):
+        written = _header_value(read_text(path, source), "CAPACITY")  # 1e400, not inf
+        raise InstanceError(source, "CAPACITY", written or capacity, NOT_FINITE)
     instance = Instance.from_arrays(
         "cvrp",
         coords,

@@ -34,6 +34,7 @@ import torch
 from linc_core import __version__
 from linc_core.config import ModelConfig, TrainConfig, config_differences, to_dict
 from linc_core.metrics import TRAIN_SECONDS
+from linc_core.train.checkpoint_fields import bad_field, check_fields, check_required
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
 from linc_core.utils.typed import build
@@ -186,8 +187,10 @@ def load_checkpoint(
 
     Raises:
         CheckpointError: the file fails :func:`verify_checkpoint`, holds anything but tensors
-            and plain data, is no torch file, or is no linc checkpoint of this format version
-            (named as ``name``, default ``path``).
+            and plain data, is no torch file, is no linc checkpoint of this format version, or
+            a field is missing or malformed (:mod:`linc_core.train.checkpoint_fields`: types,
+            ranges, the model state's names and shapes, finite weights), named as ``name``
+            (default ``path``) with the field and its value.
     """
     name = name or str(path)
     verify_checkpoint(path, name=name)
@@ -197,11 +200,11 @@ def load_checkpoint(
             f"checkpoint {name}: not a linc checkpoint (no 'format_version'; a reference "
             "checkpoint loads with linc_core.model.reference_format.load_reference_checkpoint)"
         )
-    if payload["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{name}: field 'format_version' = {payload['format_version']!r}: "
-            f"this linc reads version {FORMAT_VERSION}"
-        )
+    version = payload["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
+        problem = f"this linc reads version {FORMAT_VERSION}"
+        raise bad_field(name, "format_version", version, problem)
+    check_required(payload, name)
     train = dict(payload["train_config"])
     # Checkpoints written before the field took the project's British spelling.
     if "normalize_advantage" in train:
@@ -210,8 +213,14 @@ def load_checkpoint(
     if "amp" in train:
         on_cuda = str(train.get("device", "cpu")).startswith("cuda")
         train["precision"] = "fp16" if train.pop("amp") and on_cuda else "fp32"
-    payload["model_config"] = build(ModelConfig, payload["model_config"], f"{path}: model_config")
-    payload["train_config"] = build(TrainConfig, train, f"{path}: train_config")
+    try:
+        payload["model_config"] = build(ModelConfig, payload["model_config"], "model_config")
+        payload["train_config"] = build(TrainConfig, train, "train_config")
+    except (TypeError, ValueError) as err:  # a ConfigError naming the setting and its value
+        raise CheckpointError(f"checkpoint {name}: {err}") from None
+    check_fields(payload, name)
+    for field in ("optimizer_state", "rng_state", "partial_epoch", "data_id"):
+        payload.setdefault(field, None)  # absent in a copy written before the field existed
     return payload
 
 

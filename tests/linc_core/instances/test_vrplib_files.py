@@ -7,6 +7,7 @@ import csv
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -153,3 +154,67 @@ def test_solution_without_routes(tmp_path: Path) -> None:
     path = write_file(tmp_path, "empty.sol", "Cost 12\n")
     with pytest.raises(InstanceError, match="empty.sol"):
         read_solution(path)
+
+
+# Spellings Python's float() reads as non-finite, and numbers beyond float64 (read as inf).
+NON_FINITE_TOKENS = ["inf", "-inf", "+INF", "Infinity", "nan", "-NaN", "1e400", "-1E+999"]
+
+
+@pytest.mark.parametrize("token", NON_FINITE_TOKENS)
+def test_non_finite_tsplib_coordinate_is_named_before_any_arithmetic(
+    data_dir: Path, tmp_path: Path, token: str
+) -> None:
+    """Before: OverflowError (inf, 1e400) or "cannot convert float NaN to integer" from the
+    grid size, naming neither file nor field."""
+    text = (data_dir / "tsplib" / "berlin52.tsp").read_text()
+    edited = text.replace("\n3 345.0 750.0\n", f"\n3 345.0 {token}\n")
+    path = write_file(tmp_path, "berlin-bad.tsp", edited)
+    with pytest.raises(InstanceError) as err:
+        read_tsplib(path)
+    assert_names(err, path, "NODE_COORD_SECTION node 3 y", token)
+    assert "not a finite number" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("token", NON_FINITE_TOKENS)
+def test_non_finite_cvrplib_number_is_named_in_every_section(
+    data_dir: Path, tmp_path: Path, token: str
+) -> None:
+    text = (data_dir / "cvrplib_x" / "X-n101-k25.vrp").read_text()  # CRLF line ends
+    path = write_file(tmp_path, "X-x.vrp", text.replace("\n3\t792\t5", f"\n3\t{token}\t5"))
+    with pytest.raises(InstanceError) as err:
+        read_cvrplib(path)
+    assert_names(err, path, "NODE_COORD_SECTION node 3 x", token)
+    path = write_file(tmp_path, "X-demand.vrp", text.replace("\n2\t38\t", f"\n2\t{token}\t"))
+    with pytest.raises(InstanceError) as err:
+        read_cvrplib(path)
+    assert_names(err, path, "DEMAND_SECTION node 2", token)
+    edited = text.replace("CAPACITY : \t206", f"CAPACITY : {token}")
+    path = write_file(tmp_path, "X-cap.vrp", edited)
+    with pytest.raises(InstanceError) as err:
+        read_cvrplib(path)
+    assert_names(err, path, "CAPACITY", token)
+
+
+def test_non_finite_coordinate_named_by_position_when_the_text_differs(tmp_path: Path) -> None:
+    """Node ids out of order and a first-row non-finite value: the file's id and token."""
+    text = "NAME: t\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EUC_2D\nNODE_COORD_SECTION\n"
+    path = write_file(tmp_path, "t.tsp", text + "7 nan 1\n2 1 1\n3 2 2\nEOF\n")
+    with pytest.raises(InstanceError) as err:
+        read_tsplib(path)
+    assert_names(err, path, "NODE_COORD_SECTION node 7 x", "nan")
+
+
+def test_finite_but_huge_coordinate_is_refused_by_validation(tmp_path: Path) -> None:
+    text = "NAME: t\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EUC_2D\nNODE_COORD_SECTION\n"
+    path = write_file(tmp_path, "t.tsp", text + "1 0 0\n2 1e300 1\n3 2 2\nEOF\n")
+    with pytest.raises(InstanceError, match=r"t\.tsp: field 'locs\[1\]'"):
+        read_tsplib(path)
+
+
+def test_grid_size_refuses_non_finite_coordinates_by_name() -> None:
+    from linc_core.instances.reading import grid_size
+
+    assert grid_size(np.array([[0.0, 3.5]]), ()) == 4.0
+    for value in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="not a finite number"):
+            grid_size(np.array([[0.0, value]]), (1000.0,))

@@ -1,0 +1,124 @@
+"""``linc-train`` on bad input: every file it reads or writes is checked before it prints its
+settings or trains, and refused in one line with exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from linc_core.commands.train import main as linc_train
+from linc_core.train.checkpoint import save_checkpoint
+from linc_core.utils.tensor_file import load_tensor_file
+from tests.conftest import tiny_checkpoint
+
+
+def _flags() -> list[str]:
+    settings = {"size": 6, "batch-size": 4, "rollouts": 4, "instances-per-epoch": 4,
+                "validation-size": 4, "epochs": 1, "device": "cpu"}  # fmt: skip
+    return [part for flag, value in settings.items() for part in (f"--{flag}", str(value))]
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """Run linc-train, expecting a refusal before anything is printed: its one line."""
+    assert linc_train(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no settings printed, no epoch trained
+    err = captured.err.strip()
+    assert "\n" not in err and "Traceback" not in err and err.startswith("linc-train: ")
+    return err
+
+
+@pytest.fixture(scope="module")
+def malformed(tmp_path_factory) -> dict[str, Path]:
+    """A tiny checkpoint with one malformed field each (the audit's cases)."""
+    folder = tmp_path_factory.mktemp("malformed")
+    raw = load_tensor_file(tiny_checkpoint(folder / "tiny.pt"))
+    state = raw["model_state"]
+    first = next(iter(state))
+    edits = {
+        "epoch_str": {"epoch": "x"},
+        "epoch_negative": {"epoch": -5},
+        "missing_weight": {"model_state": {k: v for k, v in state.items() if k != first}},
+        "nan_weights": {"model_state": {k: v.clone().fill_(math.nan) for k, v in state.items()}},
+        "history_str": {"history": "x"},
+    }
+    return {
+        name: save_checkpoint(folder / f"{name}.pt", raw | edit) for name, edit in edits.items()
+    }
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--warm-start", "--morph-from"])
+@pytest.mark.parametrize(
+    "case", ["epoch_str", "epoch_negative", "missing_weight", "nan_weights", "history_str"]
+)
+def test_a_malformed_checkpoint_is_refused_in_one_line(malformed, flag, case, capsys) -> None:
+    """Before: TypeError/RuntimeError traces, or a run that went on silently (a negative
+    epoch trained extra epochs, a string history)."""
+    path = malformed[case]
+    err = _refused([*_flags(), flag, str(path)], capsys)
+    assert err.startswith(f"linc-train: checkpoint {path}: field '")
+
+
+@pytest.mark.parametrize("flag", ["--warm-start", "--morph-from", "--resume"])
+def test_a_missing_checkpoint_is_refused_before_the_settings_are_printed(
+    flag, tmp_path, capsys
+) -> None:
+    """Before: --warm-start printed the whole config JSON, then its error."""
+    err = _refused([*_flags(), flag, str(tmp_path / "nosuch.pt")], capsys)
+    assert "nosuch.pt" in err
+
+
+def _blocked_outs(tmp_path: Path) -> dict[str, Path]:
+    """--out values no folder can be made at: under a file, a file, links to a file or to
+    nothing."""
+    (tmp_path / "file").write_text("a regular file\n")
+    os.symlink(tmp_path / "file", tmp_path / "link-to-file")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    return {
+        "under_a_file": tmp_path / "file" / "runs",
+        "a_file": tmp_path / "file",
+        "link_to_a_file": tmp_path / "link-to-file",
+        "link_under_a_file": tmp_path / "link-to-file" / "runs",
+        "dangling_link": tmp_path / "dangling",
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["under_a_file", "a_file", "link_to_a_file", "link_under_a_file", "dangling_link"]
+)
+def test_an_out_folder_that_cannot_be_written_is_refused_before_training(
+    case, tmp_path, capsys
+) -> None:
+    """Before: NotADirectoryError trace after the first epoch had trained."""
+    out = _blocked_outs(tmp_path)[case]
+    err = _refused([*_flags(), "--out", str(out)], capsys)
+    assert err.startswith(f"linc-train: --out: cannot write to {out} (")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_folder_is_refused_before_training(tmp_path, capsys) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        err = _refused([*_flags(), "--out", str(locked / "runs")], capsys)
+    finally:
+        locked.chmod(0o700)
+    assert "Permission denied" in err
+
+
+def test_an_out_folder_is_made_and_a_linked_one_written_through(tmp_path, capsys) -> None:
+    """A new nested --out is created; a link to a folder is followed; the writability probe
+    leaves nothing behind."""
+    nested = tmp_path / "a" / "b"
+    assert linc_train([*_flags(), "--out", str(nested)]) == 0
+    assert sorted(p.name for p in nested.iterdir()) == ["latest.pt", "latest.pt.json"]
+    target = tmp_path / "target"
+    target.mkdir()
+    os.symlink(target, tmp_path / "link")
+    assert linc_train([*_flags(), "--out", str(tmp_path / "link")]) == 0
+    assert sorted(p.name for p in target.iterdir()) == ["latest.pt", "latest.pt.json"]
+    assert "checkpoint: " in capsys.readouterr().out
