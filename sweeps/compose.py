@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.utils.typed import ConfigError, did_you_mean
-from orchestration.config.platform import PlatformConfig
+from orchestration.config.platform import PlatformConfig, override_keys
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 # The config trees by primary config name. linc-generate's sits in its own folder: beside the
@@ -175,7 +175,7 @@ def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
         named_set = key == "eval_uri" and data.get("eval_source") == "benchmark"
         if uri and "://" not in str(uri) and not (named_set and not Path(uri).exists()):
             data[key] = str(Path(uri).expanduser().resolve())
-    return PlatformConfig.from_mapping(values)
+    return PlatformConfig.from_mapping(values, chosen=override_keys(overrides))
 
 
 __all__ = [

@@ -34,12 +34,16 @@ def generate(config: DatagenConfig) -> int:
     from linc_core.utils.secrets import redact
     from orchestration.data.generation import DatagenError, generate_dataset
     from orchestration.data.storage import open_filesystem
+    from orchestration.experiment.preflight import check_writable
     from orchestration.ray_session import init_ray
 
     try:  # a URI that cannot be used is refused before Ray starts
         open_filesystem(config.uri)
     except ValueError as err:
         raise ConfigError(f"uri: {err}") from None
+    local = config.uri.removeprefix("file://")
+    if "://" not in local:  # made and probed now; S3's are the actors' (their credentials)
+        check_writable("uri", local)
     init_ray(num_cpus=config.ray_cpus)
     try:
         manifest = generate_dataset(config)

@@ -47,6 +47,9 @@ from typing import Any
 from linc_core.metrics import EVAL_COST
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact, redact_logging
+from linc_core.utils.typed import ConfigError, did_you_mean
+from orchestration.config.sections import NAME_RULE, is_safe_name
+from orchestration.report.ablation import read_reference_curves, reference_curve_check
 
 DEFAULT_STORE = "runs/mlflow.db"
 
@@ -204,6 +207,7 @@ def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dic
     """The table ``args.table`` of the trial ``rows`` and, for the ablation, its report files."""
     from orchestration.report.tables import ablation_table
 
+    # the default (the sweep's own, else Full LINC) may be absent: then no gap column
     compare_to = args.compare_to if args.compare_to in {r["variant"] for r in rows} else None
     if args.table == "benchmark":
         return benchmark_table(rows), {}
@@ -247,6 +251,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.table == "register" and not args.run:
         parser.error("register: --run RUN_ID is required (a finished trial run)")
+    try:
+        _check_arguments(args)  # before any work: a typo costs a second, not the report
+        return _report(args)
+    except ConfigError as err:
+        print(redact(f"linc-report: {' '.join(str(err).split())}"), file=sys.stderr)
+        return 2
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """The names, the reference curves and the output folder usable, or :class:`ConfigError`."""
+    for flag, value in (
+        ("--sweep", args.sweep),
+        ("--name", args.name),
+        ("--register", args.register),
+    ):
+        if value is not None and not is_safe_name(value):
+            raise ConfigError(f"{flag}: expected {NAME_RULE}, got {value!r}")
+    if args.reference_curves is not None:
+        read_reference_curves(args.reference_curves)
+    if args.out is not None:
+        check_output_folder("--out", args.out)
+
+
+def check_output_folder(flag: str, folder: Path) -> None:
+    """``folder`` is, or can be made, a writable folder (nothing is created here)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is" if existing == folder else f"lies under {existing}, which is"
+        raise ConfigError(f"{flag}: {folder} {where} a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: cannot write to {folder} ({existing}: permission denied)")
+
+
+def _report(args: argparse.Namespace) -> int:
     from mlflow.tracking import MlflowClient
 
     from orchestration.report.ablation import finished_trial_runs, run_rows
@@ -263,8 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"linc-report: {redact(str(err))}", file=sys.stderr)
         return 2
     if not rows:
-        raise SystemExit(f"linc-report: no finished trial runs in {args.experiment!r}")
-    if args.compare_to is None:
+        raise ConfigError(_no_rows(client, args))
+    if args.compare_to is not None:
+        present = sorted({str(r["variant"]) for r in rows})
+        if args.compare_to not in present:
+            raise ConfigError(
+                f"--compare-to: no variant {args.compare_to!r} among the runs"
+                f"{did_you_mean(args.compare_to, present)}; present: {', '.join(present)}"
+            )
+    else:
         from orchestration.report.sweep_report import recorded_compare_to
 
         recorded = recorded_compare_to(client, args.experiment, args.sweep) if args.sweep else None
@@ -284,35 +331,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def reference_curve_check(
-    histories: dict[str, dict[int, list[tuple[int, float]]]], path: Path, seed: int
-) -> str:
-    """Markdown: each variant of a reference-curves file (``{"runs": {variant:
-    {"score_by_epoch": [...]}}}``, the reference implementation's published curves) against the
-    sweep's ``seed`` run of that variant: the last shared epoch's scores and the largest relative
-    deviation over the shared epochs."""
-    import json
+def _no_rows(client, args: argparse.Namespace) -> str:
+    """Why there is nothing to report: no such sweep (naming the ones there are), or no
+    finished trial run."""
+    from orchestration.report.sweep_report import sweep_names
 
-    runs = json.loads(path.read_text())["runs"]
-    lines = [
-        f"| Variant (seed {seed}) | Epoch | Ours | Reference | Difference (%) | "
-        "Largest deviation over epochs (%) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for variant, curve in runs.items():
-        ours = dict(histories.get(variant, {}).get(seed, []))
-        reference = {e + 1: v for e, v in enumerate(curve["score_by_epoch"])}
-        shared = sorted(set(ours) & set(reference))
-        if not shared:
-            lines.append(f"| {variant} | - | - | - | - | no run of seed {seed} |")
-            continue
-        deviation = [100.0 * (ours[e] - reference[e]) / reference[e] for e in shared]
-        last = shared[-1]
-        lines.append(
-            f"| {variant} | {last} | {ours[last]:.2f} | {reference[last]:.2f} | "
-            f"{deviation[-1]:+.2f} | {max(deviation, key=abs):+.2f} |"
-        )
-    return "\n".join(lines)
+    where = f"experiment {args.experiment!r}"
+    if args.sweep is None:
+        return f"no finished trial runs in {where}"
+    sweeps = sweep_names(client, args.experiment)
+    if args.sweep in sweeps:
+        return f"--sweep {args.sweep}: no finished trial runs of it in {where}"
+    listed = ", ".join(sweeps) if sweeps else "none"
+    hint = did_you_mean(args.sweep, sweeps)
+    return f"--sweep: no sweep {args.sweep!r} in {where}{hint}; its sweeps: {listed}"
 
 
 if __name__ == "__main__":

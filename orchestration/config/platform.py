@@ -11,7 +11,7 @@ variant and seed filled in) and resolves it again on the worker
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,9 +58,17 @@ class PlatformConfig:
     console: ConsoleSpec = ConsoleSpec()
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
+    def from_mapping(
+        cls, values: Mapping[str, Any], chosen: Collection[str] | None = None
+    ) -> PlatformConfig:
         """Validate a composed config and resolve its run; :class:`ConfigError` on any unknown
-        key or bad value."""
+        key or bad value.
+
+        ``chosen``: the dotted keys the user set (:func:`override_keys` of the command line);
+        a value they did not set may follow the task (a preset's evaluation set of another
+        problem becomes the task's validation set: :meth:`DataSpec.for_task`), one they set is
+        refused. None: every value counts as chosen.
+        """
         values = dict(values)
         unknown = sorted(set(values) - set(SECTIONS))
         if unknown:
@@ -68,6 +76,12 @@ class PlatformConfig:
         task = build(TaskSpec, values.get("task"), "task")
         model = build(ModelSpec, values.get("model"), "model")
         data = build(DataSpec, values.get("data"), "data")
+        source = within("task", lambda: data.source_of(task))  # its refusals come first
+        set_by_user = chosen is None or "data.eval_source" in chosen
+        followed = within("data", lambda: data.for_task(task, set_by_user))
+        if followed != data:  # the trials, which resolve the mapping again, see the same
+            values = with_dotted(values, {"data.eval_source": followed.eval_source})
+            data = followed
         # null in the train and model.overrides sections means "the variant's value".
         train = _without_nulls(values.get("train"))
         cluster = build(ClusterSpec, values.get("cluster"), "cluster")
@@ -79,19 +93,22 @@ class PlatformConfig:
         search = values.get("search")
         run = resolve_run(
             model.variant,
-            within("task", lambda: data.source_of(task)),
+            source,
             protocol=train.pop("protocol", None),
             train=train,
             model=_without_nulls(model.overrides),
             validation_seed=data.validation_seed(),
             evaluation=data.evaluation(),
         )
+        search_spec = build(SearchSpec, search, "search") if search else None
+        if search_spec is not None:
+            within("search", lambda: search_spec.require_reported(run))
         return cls(
             run=run,
             tracking=build(TrackingSpec, values.get("tracking"), "tracking"),
             cluster=cluster,
             ablation=build(AblationSpec, ablation, "ablation"),
-            search=build(SearchSpec, search, "search") if search else None,
+            search=search_spec,
             fault=build(FaultSpec, values.get("fault"), "fault"),
             raw=values,
             console=build(ConsoleSpec, values.get("console"), "console"),
@@ -131,6 +148,13 @@ def trial_label(values: Mapping[str, Any], keys: tuple[str, ...]) -> str:
     return " ".join(parts)
 
 
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys (and groups) a command line's Hydra overrides set: ``data.eval_source``
+    of ``data.eval_source=solomon50`` or ``++data.eval_source=...``, ``task`` of
+    ``task=cvrp``."""
+    return {text.split("=", 1)[0].lstrip("+~") for text in overrides if "=" in text}
+
+
 def _without_nulls(values: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (values or {}).items() if v is not None}
 
@@ -154,6 +178,7 @@ def _deep_copy(values: Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "dotted_params",
     "dotted_get",
+    "override_keys",
     "trial_label",
     "PlatformConfig",
     "SECTIONS",

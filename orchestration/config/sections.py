@@ -21,6 +21,8 @@ Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +31,29 @@ from linc_core.config import ProblemName
 from linc_core.runs.plan import DataSource, EvaluationSource
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import check_fields, require
+
+# A user-given name that becomes one component of a path or URI: a sweep's folder under
+# cluster.storage (its Tune experiment), a search's Optuna study, a registered model
+# (models:/NAME), a tag in an MLflow filter. ASCII letters, digits, '_', '.' and '-', not
+# starting with '.' or '-': never '..', '/', '\\', a hidden file, an option or a quote, so a name
+# cannot reach outside the folder it is joined to, whatever a shell or URL decoding made of it.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+NAME_RULE = (
+    "a name of letters, digits, '_', '.' and '-', not starting with '.' or '-' (one folder "
+    "name: no '/'), at most 128 characters"
+)
+# The final-evaluation sets that hold instances of one problem whatever the task.
+EVALUATION_SET_PROBLEMS = {"solomon50": "cvrptw"}
+
+
+def is_safe_name(value: object) -> bool:
+    """Whether ``value`` is a name that may become one path component (:data:`NAME_PATTERN`)."""
+    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
+
+
+def require_name(key: str, value: object) -> None:
+    """Raise ``ValueError("key: expected a name ..., got VALUE")`` unless ``value`` is one."""
+    require(is_safe_name(value), key, value, NAME_RULE)
 
 
 @dataclass(frozen=True)
@@ -126,6 +151,23 @@ class DataSpec:
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
         require(self.eval_pyvrp_seconds >= 0, "eval_pyvrp_seconds", self.eval_pyvrp_seconds, ">= 0")
 
+    def for_task(self, task: TaskSpec, chosen: bool) -> DataSpec:
+        """This data, its final evaluation on instances of the task's problem: a fixed set of
+        another problem (a preset's ``solomon50``, CVRPTW's, under ``task=cvrp``) becomes the
+        task's validation set when the user did not choose it; when they did (``chosen``), it
+        is refused (a trial would train, then fail to evaluate, on every retry)."""
+        problem = EVALUATION_SET_PROBLEMS.get(self.eval_source, task.problem)
+        if problem == task.problem:
+            return self
+        require(
+            not chosen,
+            "eval_source",
+            self.eval_source,
+            f"a set of the task's {task.problem} instances ({self.eval_source} holds {problem} "
+            f"ones): validation, dataset, benchmark with data.eval_uri, or none",
+        )
+        return dataclasses.replace(self, eval_source="validation")
+
     def source_of(self, task: TaskSpec) -> DataSource:
         """The training data (its seed None: the plan derives it from the training seed)."""
         return DataSource(self.source, task.problem, task.num_customers, self.seed, self.uri)
@@ -185,7 +227,8 @@ class TrackingSpec:
     def __post_init__(self) -> None:
         check_fields(self)
         require(bool(self.experiment), "experiment", self.experiment, "a name")
-        require(self.register is None or bool(self.register), "register", self.register, "a name")
+        if self.register is not None:
+            require_name("register", self.register)
         require(self.flush_timeout_s >= 0, "flush_timeout_s", self.flush_timeout_s, ">= 0")
 
 
@@ -330,6 +373,9 @@ class ConsoleSpec:
 
 
 __all__ = [
+    "EVALUATION_SET_PROBLEMS",
+    "NAME_PATTERN",
+    "NAME_RULE",
     "ClusterSpec",
     "ConsoleSpec",
     "DataSpec",
@@ -337,4 +383,6 @@ __all__ = [
     "ModelSpec",
     "TaskSpec",
     "TrackingSpec",
+    "is_safe_name",
+    "require_name",
 ]

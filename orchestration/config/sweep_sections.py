@@ -7,11 +7,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from linc_core.metrics import VALIDATION_COST
+from linc_core.metrics import (
+    EPOCH_METRICS,
+    GLOBAL_STEP,
+    PEAK_RSS_GB,
+    VALIDATION_COST,
+    per_decoding,
+    recorded,
+)
 from linc_core.presets import ABLATION_VARIANTS
-from linc_core.utils.typed import check_fields, require
+from linc_core.runs.plan import RunPlan
+from linc_core.utils.typed import check_fields, did_you_mean, require
+from orchestration.config.sections import require_name
 
 SearchDistribution = Literal["uniform", "loguniform", "choice", "randint"]
+
+
+def reported_metrics(run: RunPlan, *, every_report: bool = False) -> tuple[str, ...]:
+    """The metrics a trial of ``run`` reports to Tune: each epoch's record and the process's
+    peak memory (``orchestration.trial.trainable.TuneReportCallback``), with the last report
+    its final evaluation's (``eval_cost``, ``eval_cost_sgbs`` of ``data.eval_also``...).
+
+    ``every_report``: only the ones every report of these trials carries, what a search can
+    rank by (Tune refuses a report without the search's metric): no ``eval_*``, and
+    ``validation_cost`` only where every epoch validates."""
+    # any trial may validate; every report validates only where a set is checked every epoch
+    validated = not every_report or (
+        run.validation.source != "none" and run.train.validation_every == 1
+    )
+    names = [
+        m for m in (*EPOCH_METRICS, GLOBAL_STEP, PEAK_RSS_GB) if m != VALIDATION_COST or validated
+    ]
+    if run.evaluation.source != "none" and not every_report:
+        evaluated = recorded("evaluation")
+        names += evaluated
+        names += [per_decoding(m, d) for d in run.evaluation.also for m in evaluated]
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -36,6 +67,7 @@ class AblationSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        require_name("name", self.name)
         require(bool(self.seeds), "seeds", self.seeds, "at least one seed")
         require(
             self.compare_to in self.variants,
@@ -55,8 +87,9 @@ class SearchSpec:
         num_samples: how many finished trials the study should hold: re-running a search with a
             larger one adds only the missing trials.
         max_concurrent: trials run at once.
-        metric: the objective, any metric a trial reports (``validation_cost``, ``seconds`` per
-            epoch, ``eval_cost``...), or a list of them (a multi-objective search: its Pareto
+        metric: the objective, a metric every report of a trial carries (``validation_cost``,
+            ``seconds`` per epoch...: :func:`reported_metrics`; not ``eval_cost``, which only
+            the last report carries), or a list of them (a multi-objective search: its Pareto
             front, no early stopping).
         mode: ``min`` or ``max``, or one per metric.
         storage: the study's SQLAlchemy URL; null: ``optuna.db`` beside a SQLite tracking
@@ -83,6 +116,7 @@ class SearchSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        require_name("name", self.name)
         for key in ("num_samples", "max_concurrent", "grace_period"):
             require(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
         require(self.reduction_factor >= 2, "reduction_factor", self.reduction_factor, ">= 2")
@@ -108,6 +142,19 @@ class SearchSpec:
             require(numbers and low < high, where, spec, "numeric low < high")
             require(kind != "loguniform" or low > 0, where, spec, "low > 0 for loguniform")
 
+    def require_reported(self, run: RunPlan, *, every_report: bool = False) -> None:
+        """Raise ``ValueError`` naming a metric of the search that the trials of ``run`` do not
+        report (a typo), and the ones they do; ``every_report``: that not every report of
+        theirs carries (``eval_cost``: :func:`reported_metrics`), which a search cannot use."""
+        known = reported_metrics(run, every_report=every_report)
+        which = "every trial report carries" if every_report else "a trial reports"
+        for metric in self.metrics:
+            if metric not in known:
+                raise ValueError(
+                    f"metric: expected a metric {which} ({', '.join(known)}), got "
+                    f"{metric!r}{did_you_mean(metric, known)}"
+                )
+
     @property
     def metrics(self) -> tuple[str, ...]:
         return (self.metric,) if isinstance(self.metric, str) else tuple(self.metric)
@@ -121,4 +168,4 @@ class SearchSpec:
         return len(self.metrics) > 1
 
 
-__all__ = ["AblationSpec", "SearchDistribution", "SearchSpec"]
+__all__ = ["AblationSpec", "SearchDistribution", "SearchSpec", "reported_metrics"]

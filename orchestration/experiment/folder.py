@@ -40,6 +40,7 @@ import pyarrow.fs as pafs
 
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact
+from orchestration.config.sections import NAME_RULE, is_safe_name
 from orchestration.data.storage import open_filesystem, with_retries
 from orchestration.failures import SweepRefused
 
@@ -53,6 +54,11 @@ TTL_S = 120.0  # a lease holder that stopped renewing for this long is gone
 SETTLE_S = 1.0  # how long two drivers' lease writes may be apart and still be seen as a race
 
 
+def _require_folder_name(name: str) -> None:
+    if not is_safe_name(name):
+        raise SweepRefused(f"sweep name: expected {NAME_RULE}, got {redact(repr(name))}")
+
+
 @dataclass(frozen=True)
 class SweepFolder:
     """A folder (``path``) of a sweep's storage on a pyarrow file system."""
@@ -62,7 +68,13 @@ class SweepFolder:
 
     @classmethod
     def on_storage(cls, storage: str, name: str) -> SweepFolder:
-        """The folder of sweep (or Tune experiment) ``name`` in ``cluster.storage``."""
+        """The folder of sweep (or Tune experiment) ``name`` in ``cluster.storage``.
+
+        Raises:
+            SweepRefused: ``name`` is not one folder name (the config refuses such names; this
+                join must not reach outside the storage whoever calls it).
+        """
+        _require_folder_name(name)
         if "://" in storage:
             filesystem, root = open_filesystem(storage, sdk_attempts=TUNE_SDK_ATTEMPTS)
         else:
@@ -97,6 +109,7 @@ class SweepFolder:
 
     def sibling(self, name: str) -> SweepFolder:
         """The folder ``name`` beside this one (a search's later stage beside its first)."""
+        _require_folder_name(name)
         return SweepFolder(self.filesystem, f"{self.parent_path}/{name}")
 
     def uri(self, *parts: str) -> str:

@@ -7,8 +7,9 @@ and the place, not after Ray started, a parent run was created and every trial r
 * ``tracking.uri``: a SQLite store's folder writable and its database open for writing; a server
   answers (``search_experiments``, failing fast); another database (``postgresql://...``) takes
   a connection (:func:`check_database`, also of ``search.storage``);
-* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable; a benchmark (``eval_source:
-  benchmark``) read, not empty, of the task's problem.
+* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable and of the task's problem;
+  a benchmark (``eval_source: benchmark``) read, not empty, of the task's problem; a fixed
+  evaluation set (``solomon50``) of the task's problem.
 
 Each failure raises :class:`~orchestration.failures.SweepRefused` (the entry points print it on
 one line and exit 2), its URIs and reasons masked
@@ -17,6 +18,7 @@ one line and exit 2), its URIs and reasons masked
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -28,6 +30,7 @@ from linc_core.instances.datasets import MANIFEST_NAME
 from linc_core.runs.plan import RunPlan
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig
+from orchestration.config.sections import EVALUATION_SET_PROBLEMS
 from orchestration.data.storage import open_filesystem
 from orchestration.failures import SweepRefused
 from orchestration.tracking.target import TrackingTarget
@@ -44,12 +47,19 @@ def preflight(config: PlatformConfig) -> TrackingTarget:
     storage = config.cluster.storage_path()
     check_writable("cluster.storage", storage)
     run = config.run
+    problem = run.data.problem
     if run.data.source == "dataset" and run.data.uri:
-        check_readable("data.uri", run.data.uri)
+        check_readable("data.uri", run.data.uri, problem)
     if run.evaluation.source == "dataset" and run.evaluation.uri:
-        check_readable("data.eval_uri", run.evaluation.uri)
+        check_readable("data.eval_uri", run.evaluation.uri, problem)
     if run.evaluation.source == "benchmark":
         check_benchmark(run)
+    held = EVALUATION_SET_PROBLEMS.get(run.evaluation.source, problem)
+    if held != problem:
+        raise SweepRefused(
+            f"data.eval_source: {run.evaluation.source} holds {held} instances; the task is "
+            f"{problem} (evaluate on validation, a {problem} dataset or benchmark)"
+        )
     tracking = TrackingTarget.resolve(config.tracking, storage)
     check_tracking(tracking.uri)
     return tracking
@@ -130,15 +140,22 @@ def check_database(setting: str, url: str) -> None:
         raise SweepRefused(message) from None
 
 
-def check_readable(setting: str, uri: str) -> None:
-    """A data set's manifest at ``uri`` can be read."""
+def check_readable(setting: str, uri: str, problem: str | None = None) -> None:
+    """A data set's manifest at ``uri`` can be read and, given ``problem``, its generator made
+    instances of that problem (a manifest that names none is not checked)."""
     try:
         filesystem, root = open_filesystem(uri)
         with filesystem.open_input_stream(f"{root.rstrip('/')}/{MANIFEST_NAME}") as stream:
-            stream.read(1)
-    except (OSError, ValueError) as err:
+            text = stream.read()
+        manifest = json.loads(text) if problem is not None else {}
+    except (OSError, ValueError) as err:  # json's errors are ValueErrors
         message = f"{setting}: cannot read the data set {redact(uri)} ({_reason(err)})"
         raise SweepRefused(message) from None
+    generator = manifest.get("generator") if isinstance(manifest, dict) else None
+    task = generator.get("task") if isinstance(generator, dict) else None
+    if task is not None and task != problem:
+        message = f"{setting}: the data set {redact(uri)} holds {task} instances"
+        raise SweepRefused(f"{message}; the task is {problem}")
 
 
 def _check_sqlite(uri: str) -> None:

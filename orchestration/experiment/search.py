@@ -105,6 +105,10 @@ def run_search(config: PlatformConfig) -> SweepResult:
     spec = config.search
     if spec is None:
         raise SweepRefused("search: no search section in the config (use search=default)")
+    try:  # Tune refuses, mid-sweep, a report without the metric: eval_* come with the last only
+        spec.require_reported(config.run, every_report=True)
+    except ValueError as err:
+        raise SweepRefused(f"search.{err}") from None
     storage = config.cluster.storage_path()
     url = ""
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from linc_core.metrics import (
@@ -34,6 +36,7 @@ from linc_core.metrics import (
     VALIDATION_COST,
 )
 from linc_core.presets import PRESETS
+from linc_core.utils.typed import ConfigError
 from orchestration.report.figures import Chart, ablation_chart, pairwise_curves, training_curves
 from orchestration.report.statistics import (
     Interval,
@@ -286,6 +289,66 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
     return files | {name: chart.png for name, chart in charts.items()}
 
 
+def read_reference_curves(path: Path) -> dict[str, list[float]]:
+    """``{variant: score_by_epoch}`` of a reference-curves file (``{"runs": {variant:
+    {"score_by_epoch": [positive numbers]}}}``); :class:`ConfigError` naming the file and the
+    field that is missing, malformed or of the wrong shape."""
+    where = f"--reference-curves {path}"  # linc-report's flag: the one reader of such files
+    try:
+        loaded = json.loads(path.read_bytes())
+    except OSError as err:
+        raise ConfigError(f"{where}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:  # not JSON (cut short, another format), or not UTF-8
+        raise ConfigError(f"{where}: not JSON ({' '.join(str(err).split())})") from None
+    runs = loaded.get("runs") if isinstance(loaded, dict) else None
+    if not isinstance(runs, dict):
+        raise ConfigError(f'{where}: "runs": expected an object of variants, got {_kind(runs)}')
+    curves = {}
+    for variant, curve in runs.items():
+        field = f'"runs"."{variant}"."score_by_epoch"'
+        scores = curve.get("score_by_epoch") if isinstance(curve, dict) else None
+        if not isinstance(scores, list):
+            raise ConfigError(f"{where}: {field}: expected a list of scores, got {_kind(scores)}")
+        for epoch, score in enumerate(scores):
+            number = isinstance(score, int | float) and not isinstance(score, bool)
+            if not (number and 0 < score < math.inf):  # a gap divides by it
+                raise ConfigError(f"{where}: {field}[{epoch}]: expected > 0, got {score!r}")
+        curves[str(variant)] = [float(v) for v in scores]
+    return curves
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def reference_curve_check(
+    histories: dict[str, dict[int, list[tuple[int, float]]]], path: Path, seed: int
+) -> str:
+    """Markdown: each variant of a reference-curves file (:func:`read_reference_curves`, the
+    reference implementation's published curves) against the sweep's ``seed`` run of that
+    variant: the last shared epoch's scores and the largest relative deviation over the shared
+    epochs."""
+    lines = [
+        f"| Variant (seed {seed}) | Epoch | Ours | Reference | Difference (%) | "
+        "Largest deviation over epochs (%) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for variant, scores in read_reference_curves(path).items():
+        ours = dict(histories.get(variant, {}).get(seed, []))
+        reference = {e + 1: v for e, v in enumerate(scores)}
+        shared = sorted(set(ours) & set(reference))
+        if not shared:
+            lines.append(f"| {variant} | - | - | - | - | no run of seed {seed} |")
+            continue
+        deviation = [100.0 * (ours[e] - reference[e]) / reference[e] for e in shared]
+        last = shared[-1]
+        lines.append(
+            f"| {variant} | {last} | {ours[last]:.2f} | {reference[last]:.2f} | "
+            f"{deviation[-1]:+.2f} | {max(deviation, key=abs):+.2f} |"
+        )
+    return "\n".join(lines)
+
+
 __all__ = [
     "EVALUATION_ROWS",
     "EVALUATION_SUMMARY",
@@ -294,6 +357,8 @@ __all__ = [
     "collect",
     "evaluation_costs",
     "finished_trial_runs",
+    "read_reference_curves",
+    "reference_curve_check",
     "report_charts",
     "report_files",
     "run_rows",

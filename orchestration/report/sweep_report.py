@@ -79,6 +79,17 @@ def recorded_compare_to(client: Any, experiment: str, sweep: str) -> str | None:
     return parents[0].data.params.get(COMPARE_TO) if parents else None
 
 
+def sweep_names(client: Any, experiment: str) -> list[str]:
+    """The names of the sweeps whose parent runs are in experiment ``experiment``, sorted."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    parents = client.search_runs(
+        [found.experiment_id], filter_string="tags.kind = 'sweep'", max_results=5000
+    )
+    return sorted({run.data.tags["sweep"] for run in parents if run.data.tags.get("sweep")})
+
+
 def log_derived_report(runs: SweepRuns, names: tuple[str, str], build: Build) -> None:
     """Log the files ``build`` returns under ``report/`` of the sweep's parent run. A store that
     does not answer costs the report, with a warning naming the command that rebuilds it
@@ -112,4 +123,5 @@ __all__ = [
     "log_sweep_report",
     "main_files",
     "recorded_compare_to",
+    "sweep_names",
 ]

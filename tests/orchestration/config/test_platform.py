@@ -292,3 +292,138 @@ def test_ablation_table_gaps_are_relative_to_full_linc() -> None:
     text = ablation_table(rows, "full_linc")
     assert f"| {PRESETS['baseline'].label} | 115.50 | +10.00 | 1 | 1 | 8 |" in text
     assert "Gap vs Full LINC (%)" in text
+
+
+# Names that would put a path outside its folder, or are no single folder name, however written.
+UNSAFE_NAMES = [
+    "../escaped",
+    "..",
+    ".",
+    ".hidden",
+    "",
+    "a/b",
+    "/abs/path",
+    "a\\b",
+    "..\\escaped",
+    "%2e%2e%2fescaped",
+    "line\nbreak",
+    "trailing\n",
+    "tab\there",
+    "nul\x00",
+    "-rf",
+    "quote'd",
+    "sp ace",
+    "ＡＢ",  # fullwidth letters: not ASCII
+    "x" * 129,
+]
+
+
+@pytest.mark.parametrize("key", ["ablation.name", "search.name", "tracking.register"])
+@pytest.mark.parametrize("name", UNSAFE_NAMES)
+def test_names_that_become_path_components_are_one_safe_folder_name(key: str, name: str) -> None:
+    raw = compose_mapping(["preset=smoke"])
+    with pytest.raises(ConfigError) as err:
+        PlatformConfig.from_mapping(with_dotted(raw, {key: name}))
+    assert str(err.value).startswith(f"{key}: expected a name of letters")
+    assert repr(name) in str(err.value) and "\n" not in str(err.value).replace(repr(name), "")
+
+
+def test_safe_names_are_kept() -> None:
+    raw = compose_mapping(["preset=smoke"])
+    names = {"ablation.name": "ablation_2.v1-b", "search.name": "_hpo", "tracking.register": "a"}
+    config = PlatformConfig.from_mapping(with_dotted(raw, names))
+    assert config.ablation.name == "ablation_2.v1-b" and config.search is not None
+    assert (config.search.name, config.tracking.register) == ("_hpo", "a")
+
+
+def test_a_sweep_named_outside_its_storage_is_refused_before_anything_is_written(
+    tmp_path, capsys
+) -> None:
+    from sweeps.ablation import main as ablation_main
+
+    storage = tmp_path / "inner"
+    args = ["preset=smoke", "ablation.compare_to=baseline", f"cluster.storage={storage}"]
+    assert ablation_main([*args, "ablation.name=../escaped"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("linc-ablation: invalid config: ablation.name: expected a name")
+    assert "'../escaped'" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # neither the storage nor the escaped folder
+
+
+def test_a_preset_evaluation_set_of_another_problem_follows_the_task() -> None:
+    """The default preset (cpu) evaluates on Solomon-50, a CVRPTW set: under task=cvrp, where
+    the user did not choose the evaluation, it is the task's validation set, in the raw
+    mapping too (the trials resolve it again, without the command line)."""
+    from orchestration.config.platform import override_keys
+
+    overrides = ["model.variant=no_gateattn", "train.learning_rate=3e-4", "task=cvrp"]
+    raw = compose_mapping(overrides)
+    assert raw["data"]["eval_source"] == "solomon50"  # the preset's
+    config = PlatformConfig.from_mapping(raw, chosen=override_keys(overrides))
+    assert (config.run.data.problem, config.run.evaluation.source) == ("cvrp", "validation")
+    assert config.raw["data"]["eval_source"] == "validation"
+    assert PlatformConfig.from_mapping(config.raw).run == config.run  # as a trial resolves it
+    same = load_platform_config(["task=cvrptw"])  # its own problem: kept
+    assert same.run.evaluation.source == "solomon50"
+    # the commands' composition tells the two apart: the README's example evaluates on CVRP
+    assert load_platform_config(overrides).run.evaluation.source == "validation"
+    with pytest.raises(ConfigError, match="data.eval_source: expected a set of the task's cvrp"):
+        load_platform_config(["task=cvrp", "data.eval_source=solomon50"])
+
+
+@pytest.mark.parametrize("chosen", [["task=cvrp", "data.eval_source=solomon50"], None])
+def test_a_chosen_evaluation_set_of_another_problem_is_refused(chosen) -> None:
+    """Chosen on the command line, or by a caller that cannot tell (None): one line naming the
+    key, the value and what would do, not a trial that trains and then fails to evaluate."""
+    from orchestration.config.platform import override_keys
+
+    raw = compose_mapping(["task=tsp", "data.eval_source=solomon50"])
+    keys = None if chosen is None else override_keys(["++data.eval_source=solomon50"])
+    with pytest.raises(ConfigError) as err:
+        PlatformConfig.from_mapping(raw, chosen=keys)
+    assert str(err.value) == (
+        "data.eval_source: expected a set of the task's tsp instances (solomon50 holds cvrptw "
+        "ones): validation, dataset, benchmark with data.eval_uri, or none, got 'solomon50'"
+    )
+
+
+def test_override_keys_name_what_the_command_line_set() -> None:
+    from orchestration.config.platform import override_keys
+
+    line = ["task=cvrp", "+data.eval_source=x", "~fault.stall_at_epoch", "++a.b=[1,2]", "x"]
+    assert override_keys(line) == {"task", "data.eval_source", "a.b"}
+
+
+@pytest.mark.parametrize(
+    ("metric", "hint"),
+    [
+        ("valdation_cost", " (did you mean 'validation_cost'?)"),
+        ("eval_cost_sgbs", " (did you mean 'eval_cost'?)"),  # no data.eval_also=[sgbs]
+        ("", ""),
+    ],
+)
+def test_a_search_metric_no_trial_reports_is_refused_at_config_time(metric, hint, capsys):
+    from sweeps.hpo import main as hpo_main
+
+    overrides = ["preset=smoke", "search.num_samples=1", f"search.metric={metric}"]
+    assert hpo_main(overrides) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("linc-hpo: invalid config: search.metric: expected a metric a trial ")
+    assert "validation_cost, global_step, peak_rss_gb, eval_cost" in err
+    assert err.endswith(f"got {metric!r}{hint}\n") and err.count("\n") == 1
+
+
+def test_search_metrics_a_trial_reports_are_accepted_and_every_report_is_stricter() -> None:
+    both = ["search.metric=[validation_cost,eval_cost_sgbs]", "search.mode=[min,min]"]
+    config = load_platform_config(["preset=smoke", "data.eval_also=[sgbs]", *both])
+    assert config.search is not None and config.search.metrics[1] == "eval_cost_sgbs"
+    # a search ranks every report: the final evaluation's come with the last one only
+    with pytest.raises(ValueError, match="metric: expected a metric every trial report carries"):
+        config.search.require_reported(config.run, every_report=True)
+    rare = load_platform_config(["preset=smoke", "train.validation_every=2"])
+    assert rare.search is not None
+    with pytest.raises(ValueError, match="got 'validation_cost'"):
+        rare.search.require_reported(rare.run, every_report=True)
+    smoke = load_platform_config(["preset=smoke"])
+    assert smoke.search is not None
+    smoke.search.require_reported(smoke.run, every_report=True)

@@ -130,6 +130,29 @@ def test_linc_generate_composes_and_refuses_bad_config_in_one_line(capsys) -> No
     assert capsys.readouterr().err.count("\n") == 1
 
 
+def test_linc_generate_refuses_a_local_uri_it_cannot_write_before_ray_starts(
+    tmp_path: Path, capsys
+) -> None:
+    import ray
+
+    from sweeps.generate import main
+
+    regular = tmp_path / "regular"
+    regular.write_text("x")
+    small = ["task=cvrp", "size=20", "count=4", "shard_size=2", "workers=1"]
+    for uri, reason in (
+        ("/proc/nope/x", "No such file or directory"),
+        (f"{regular}/set", "Not a directory"),
+        (f"file://{regular}/set", "Not a directory"),
+    ):
+        assert main([*small, f"uri={uri}"]) == 2
+        err = capsys.readouterr().err
+        shown = uri.removeprefix("file://")
+        assert err == f"linc-generate: uri: cannot write to {shown} ({reason})\n"
+        assert not ray.is_initialized()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["regular"]
+
+
 # ------------------------------------------------------------------------------ local
 def test_same_config_gives_identical_bytes_and_exact_instances(
     reference_set: Path, tmp_path: Path

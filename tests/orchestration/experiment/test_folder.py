@@ -158,3 +158,16 @@ def test_read_all_and_write_all_locally_and_on_s3(tmp_path: Path, monkeypatch) -
     (tmp_path / "file").write_text("a file where the folder should be")
     with pytest.raises(StorageUnavailableError, match="could not write .*file after 2"):
         blocked.write_all({"a.json": b"1"})
+
+
+@pytest.mark.parametrize("name", ["../escaped", "..", "a/../../b", "/etc", "", ".x", "a\\..\\b"])
+def test_a_sweep_folder_never_lies_outside_its_storage(tmp_path: Path, name: str) -> None:
+    """The config refuses such names; the join refuses them too, whoever calls it."""
+    storage = tmp_path / "inner"
+    with pytest.raises(SweepRefused, match="sweep name: expected a name of letters"):
+        SweepFolder.on_storage(str(storage), name)
+    assert list(tmp_path.iterdir()) == []
+    folder = SweepFolder.on_storage(str(storage), "s")  # a search's later stages: beside it
+    with pytest.raises(SweepRefused):
+        folder.sibling(name)
+    assert folder.sibling("s-more1").path == str(storage / "s-more1")

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 
 from faults.servers import free_port
 from orchestration.experiment.search import run_search
+from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
 from tests.conftest import answer_json
 
@@ -183,3 +185,21 @@ def test_optuna_dashboard_opens_the_study(ray_session, tmp_path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_search_by_a_metric_only_the_last_report_carries_is_refused_before_it_starts(
+    tmp_path,
+) -> None:
+    """``eval_cost`` comes with a trial's last report only, and Tune would refuse the first
+    report without it, mid-sweep, with a traceback: one line, exit 2, nothing written."""
+    config = load_platform_config(
+        ["preset=smoke", f"cluster.storage={tmp_path / 'runs'}", "search.metric=eval_cost"]
+    )
+    with pytest.raises(SweepRefused) as err:
+        run_search(config)
+    assert str(err.value).startswith(
+        "search.metric: expected a metric every trial report carries ("
+    )
+    assert "got 'eval_cost' (did you mean 'validation_cost'?)" in str(err.value)
+    assert err.value.exit_code == 2
+    assert not (tmp_path / "runs").exists()

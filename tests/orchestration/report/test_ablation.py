@@ -6,6 +6,7 @@ import csv
 import io
 
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.report.ablation import collect, evaluation_costs, report_files
@@ -155,3 +156,98 @@ def test_linc_report_compares_to_the_variant_the_sweep_recorded(tmp_path) -> Non
     assert recorded_compare_to(client, "linc-main", "main-cpu") == "polynet"
     assert recorded_compare_to(client, "linc-main", "other-sweep") is None
     assert recorded_compare_to(client, "no-such-experiment", "main-cpu") is None
+
+
+def _store_with_a_sweep(tmp_path) -> list[str]:
+    """A store holding sweep ``ablation-smoke`` (baseline and full_linc, one seed each) in
+    experiment ``linc-smoke``; the linc-report arguments that read it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("linc-smoke", str(tmp_path / "artifacts"))
+    client.create_run(experiment, tags={"sweep": "ablation-smoke", "kind": "sweep"})
+    for variant, cost in (("baseline", 11.0), ("full_linc", 10.0)):
+        tags = {"sweep": "ablation-smoke", "variant": variant, "seed": "1"}
+        run_id = client.create_run(experiment, tags=tags).info.run_id
+        client.log_metric(run_id, "eval_cost", cost)
+        client.set_terminated(run_id)
+    return ["--tracking-uri", uri, "--experiment", "linc-smoke"]
+
+
+def test_linc_report_refuses_an_unknown_variant_or_sweep_naming_the_ones_there(
+    tmp_path, capsys
+) -> None:
+    from sweeps.report import main as report_main
+
+    args = _store_with_a_sweep(tmp_path)
+    assert report_main(["ablation", *args, "--compare-to", "full_lnc"]) == 2
+    assert report_main(["budget", *args, "--sweep", "ablation-smok"]) == 2
+    assert report_main(["budget", *args, "--sweep", "x' or tags.sweep != '"]) == 2
+    err = capsys.readouterr().err  # MLflow's own INFO lines as it creates the store aside
+    errors = [line for line in err.splitlines() if not line.endswith("database tables...")]
+    errors = [line for line in errors if "mlflow.store.db.utils" not in line]
+    assert errors[:2] == [
+        "linc-report: --compare-to: no variant 'full_lnc' among the runs (did you mean "
+        "'full_linc'?); present: baseline, full_linc",
+        "linc-report: --sweep: no sweep 'ablation-smok' in experiment 'linc-smoke' (did you "
+        "mean 'ablation-smoke'?); its sweeps: ablation-smoke",
+    ]
+    assert errors[2].startswith("linc-report: --sweep: expected a name of letters")
+    assert len(errors) == 3
+    assert report_main(["budget", *args, "--sweep", "ablation-smoke"]) == 0
+    assert report_main(["ablation", *args, "--compare-to", "baseline"]) == 0
+    assert "Gap vs Baseline" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "cannot read it (No such file or directory)"),
+        (b'{"runs": {"full_linc": {"score_by_epoch": [1.0, 2', "not JSON (Expecting"),
+        (b"\xff\xfe", "not JSON ("),
+        (b"[1, 2]", '"runs": expected an object of variants, got nothing'),
+        (b'{"runs": [1]}', '"runs": expected an object of variants, got list'),
+        (b'{"runs": {"a": 1}}', '"runs"."a"."score_by_epoch": expected a list of scores, got no'),
+        (
+            b'{"runs": {"a": {"score_by_epoch": [1, 0]}}}',
+            '"score_by_epoch"[1]: expected > 0, got 0',
+        ),
+        (b'{"runs": {"a": {"score_by_epoch": [1, "2"]}}}', "[1]: expected > 0, got '2'"),
+        (b'{"runs": {"a": {"score_by_epoch": [1, true]}}}', "[1]: expected > 0, got True"),
+        (b'{"runs": {"a": {"score_by_epoch": [NaN]}}}', "[0]: expected > 0, got nan"),
+        (b'{"runs": {"a": {"score_by_epoch": "1,2"}}}', "expected a list of scores, got str"),
+    ],
+)
+def test_linc_report_refuses_bad_reference_curves_in_one_line_before_reading_runs(
+    tmp_path, capsys, content, said
+) -> None:
+    from sweeps.report import main as report_main
+
+    path = tmp_path / "curves.json"
+    if content is not None:
+        path.write_bytes(content)
+    args = ["--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"]  # never opened
+    assert report_main(["ablation", *args, "--reference-curves", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"linc-report: --reference-curves {path}: ") and said in err
+    assert err.count("\n") == 1
+
+
+def test_linc_report_refuses_an_output_folder_under_a_file_before_any_work(
+    tmp_path, capsys
+) -> None:
+    from sweeps.report import main as report_main
+
+    args = _store_with_a_sweep(tmp_path)
+    regular = tmp_path / "regular"
+    regular.write_text("x")
+    assert report_main(["budget", *args, "--out", str(regular / "deeper" / "out")]) == 2
+    assert report_main(["budget", *args, "--out", str(regular)]) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("linc-report")] == [
+        f"linc-report: --out: {regular}/deeper/out lies under {regular}, which is a file, "
+        "not a folder",
+        f"linc-report: --out: {regular} is a file, not a folder",
+    ]
+    out = tmp_path / "new" / "report"
+    assert report_main(["budget", *args, "--out", str(out)]) == 0
+    assert (out / "budget_table.md").read_text().startswith("| Variant | Seed |")
