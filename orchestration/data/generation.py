@@ -48,7 +48,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 import linc_core
-from linc_core.instances.datasets import MANIFEST_NAME, SHARD_PATTERN
+from linc_core.instances.datasets import MANIFEST_NAME, SHARD_PATTERN, manifest_entries
 from linc_core.instances.parquet import (
     SCHEMA_VERSION,
     DatasetSchemaError,
@@ -284,7 +284,13 @@ def _expected_checksums(
         with filesystem.open_input_stream(manifest_path) as stream:
             return stream.read()
 
-    manifest = json.loads(retry(read, "read manifest.json"))
+    source = f"{config.uri}/{MANIFEST_NAME}"
+    try:
+        manifest = json.loads(retry(read, "read manifest.json").decode("utf-8"))
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise DatagenError(f"{source}: not a JSON manifest ({err}); choose another uri") from None
+    if not isinstance(manifest, dict):
+        raise DatagenError(f"{source}: not a manifest (a JSON object); choose another uri")
     if manifest.get("generator") != config.identity():
         raise DatagenError(
             f"{config.uri}: holds a different data set (manifest generator config "
@@ -295,14 +301,18 @@ def _expected_checksums(
             f"{config.uri}/{MANIFEST_NAME}: schema_version {manifest.get('schema_version')!r}, "
             f"this linc writes {SCHEMA_VERSION}; choose another uri"
         )
-    return {int(s["index"]): str(s["sha256"]) for s in manifest["shards"]}
+    try:  # the one check of a manifest's shard entries (file names inside the folder...)
+        entries = manifest_entries(manifest, source)
+    except DatasetSchemaError as err:
+        raise DatagenError(f"{err}; choose another uri or delete it") from None
+    return {int(SHARD_PATTERN.fullmatch(e.file)[1]): str(e.sha256) for e in entries}
 
 
 def _check_no_strays(existing: list[pafs.FileInfo], config: DatagenConfig, uri: str) -> None:
     strays = [
         info.base_name
         for info in existing
-        if (match := SHARD_PATTERN.match(info.base_name)) and int(match[1]) >= config.num_shards
+        if (match := SHARD_PATTERN.fullmatch(info.base_name)) and int(match[1]) >= config.num_shards
     ]
     if strays:
         raise DatagenError(

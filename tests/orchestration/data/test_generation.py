@@ -252,6 +252,30 @@ def test_different_config_at_same_uri_is_refused(reference_set: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ S3
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (lambda text: text.replace('"shard-00000', '"../x/shard-00000'), "shards[0].file"),
+        (lambda text: text[: len(text) // 2], "not a JSON manifest"),
+        (lambda text: "[]", "not a manifest"),
+    ],
+)  # fmt: skip
+def test_a_tampered_manifest_is_refused_in_one_line(reference_set: Path, tmp_path, tamper, said):
+    """A re-run reads the folder's manifest for the shards' checksums: a shard named outside
+    the folder, a truncated or a wrongly shaped manifest is one error, nothing written."""
+    root = tmp_path / "copy"
+    root.mkdir()
+    for name, data in folder_bytes(reference_set).items():
+        (root / name).write_bytes(data)
+    manifest = root / MANIFEST_NAME
+    manifest.write_text(tamper(manifest.read_text()))
+    before = folder_bytes(root)
+    with pytest.raises(DatagenError) as err:
+        generate_dataset(config(str(root)))
+    assert said in str(err.value) and "\n" not in str(err.value)
+    assert folder_bytes(root) == before
+
+
 def test_s3_generation_matches_local_bytes_and_reads_back(
     reference_set: Path, s3_server: str
 ) -> None:
