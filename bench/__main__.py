@@ -2,6 +2,8 @@
 
     python -m bench [--only env,generator] [--quick]
 
+An ``--only`` name that is not a benchmark is refused (exit 2) before any benchmark runs.
+
 Each benchmark returns ``{"name", "ours", "peer"?, "peer_name"?, "ratio", "target"}``; a ratio is
 ours / peer measured in the same run (or ours / target where no peer exists).
 """
@@ -12,7 +14,9 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -20,6 +24,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import torch  # noqa: E402
 
+from linc_core.utils.atomic import write_atomic  # noqa: E402
 from linc_core.utils.runtime import tune_cpu_allocator  # noqa: E402
 
 
@@ -90,11 +95,20 @@ BENCHMARKS = {
 }
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown or not names:  # refused before minutes of the known ones are spent
+        print(
+            f"python -m bench: --only {args.only}: no benchmark {', '.join(unknown) or 'named'} "
+            f"(known: {', '.join(BENCHMARKS)})",
+            file=sys.stderr,
+        )
+        return 2
     # Ray nices its worker processes to 15 (its raylet and GCS stay responsive); beside a
     # nice-0 peer on a busy host that alone would slow every Ray side, a scheduling choice
     # and not a cost of ours: the local Ray the bench starts runs workers at its own priority.
@@ -102,11 +116,11 @@ def main() -> None:
     torch.set_num_threads(1)
     tune_cpu_allocator()
     results = []
-    for name in args.only.split(","):
+    for name in names:
         try:
-            results.extend(BENCHMARKS[name.strip()](args.quick))
+            results.extend(BENCHMARKS[name](args.quick))
         except Exception as err:  # noqa: BLE001 - one broken group must not cost the others
-            print(f"bench {name.strip()}: FAILED: {type(err).__name__}: {err}", flush=True)
+            print(f"bench {name}: FAILED: {type(err).__name__}: {err}", flush=True)
     print(f"\n{'benchmark':<80} {'ours':>10} {'peer':>10} {'ratio':>7} {'target':>7}")
     for r in results:
         peer = f"{r['peer']:10.1f}" if "peer" in r else f"{'-':>10}"
@@ -125,15 +139,15 @@ def main() -> None:
         if "peer_name" in r:
             print(f"{'':<4}peer: {r['peer_name']}")
     out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
     record = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "host": platform.node(),
         "torch_threads": torch.get_num_threads(),
         "results": [{k: v for k, v in r.items() if k != "samples"} for r in results],
     }
-    (out / "latest.json").write_text(json.dumps(record, indent=2))
+    write_atomic(out / "latest.json", json.dumps(record, indent=2).encode())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -23,7 +23,7 @@ FLAGS = (
     ("-h, --help", "this help"),
     ("-c, --cfg job", "print the composed config (with the overrides) instead of running"),
     ("-c, --cfg plan", "print the resolved plan: the effective settings the run would use"),
-    ("-p, --package KEY", "with --cfg: print only KEY (e.g. -p train)"),
+    ("-p, --package KEY", "with --cfg: print only KEY (e.g. -p {key})"),
     ("--resolve", "accepted for Hydra's sake: printed configs are always resolved"),
     ("-m, --multirun", "not a Hydra multirun here: see below"),
 )
@@ -58,7 +58,9 @@ def render_help(
         shown = f"`{entry} --cfg job` prints the values the overrides compose to."
     lines += ["", shown, "", "== Flags ==", ""]
     flags = [f for f in FLAGS if groups or "plan" not in f[0]]
-    lines += [f"  {flag:<20}{meaning}" for flag, meaning in flags]
+    # the -p example is a key of this command's own config ("train" where there is one)
+    key = "train" if "train" in composed else next(iter(composed))
+    lines += [f"  {flag:<20}{meaning.format(key=key)}" for flag, meaning in flags]
     lines += ["", *textwrap.wrap(f"Sweeps: {sweep_pointer(config_name)}.", WIDTH)]
     return "\n".join(lines) + "\n"
 

@@ -31,11 +31,21 @@ from pathlib import Path
 
 from IPython.display import Code
 
-# the repository's root, wherever the notebook runs from (examples/ lives there)
-root = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "pyproject.toml").exists())
+import linc_core as lc
+
+# examples/ is not installed with linc: it lives in the checkout's root. Wherever the notebook
+# runs from, that is the checkout linc_core is imported from (an editable install, `make
+# setup`), else the checkout the notebook runs in.
+here = Path.cwd().resolve()
+places = (Path(lc.__file__).resolve().parents[1], here, *here.parents)
+root = next((p for p in places if (p / "examples" / "route_limit.py").is_file()), None)
+if root is None:
+    raise FileNotFoundError(
+        f"examples/route_limit.py: not beside linc_core ({lc.__file__}) nor above {here}; "
+        "run the notebook from a linc checkout"
+    )
 sys.path.insert(0, str(root))
 
-import linc_core as lc  # noqa: E402
 from examples import route_limit  # noqa: E402
 from linc_core.evaluate.pyvrp_solver import solve_with_pyvrp  # noqa: E402
 from linc_core.problems import problem_names, register_problem  # noqa: E402

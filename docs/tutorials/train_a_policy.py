@@ -137,4 +137,5 @@ Picture(
 #   (see *Training* in the concepts), or as a Ray Tune trial with MLflow tracking:
 #   `linc-tune` (the next tutorial).
 # - Save and reload: `fit(..., checkpoint_dir="runs/my-run")` writes `latest.pt` after every
-#   epoch; `lc.policy_from_checkpoint("runs/my-run/latest.pt")` rebuilds the policy.
+#   epoch; `policy, payload = lc.policy_from_checkpoint("runs/my-run/latest.pt")` rebuilds the
+#   policy and returns it with the checkpoint's contents (configs, epoch, metric history).

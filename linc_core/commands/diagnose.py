@@ -12,6 +12,7 @@ from linc_core.commands.flags import (
     CommandLineError,
     add_policy_run_flags,
     apply_runtime_flags,
+    check_writable_folder,
     load_policy,
     load_set,
 )
@@ -34,16 +35,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    apply_runtime_flags(args)
-    offsets = [float(o) for o in args.offsets.split(",")]
     try:
-        policy, _ = load_policy(args)
-        bench = load_set(args)
+        return _diagnose(args)
     except CommandLineError as err:
         print(f"linc-diagnose: {err}", file=sys.stderr)
         return 2
+
+
+def _offsets(spec: str) -> list[float]:
+    try:
+        return [float(o) for o in spec.split(",")]
+    except ValueError:
+        raise CommandLineError(f"--offsets {spec}: expected numbers separated by commas") from None
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    apply_runtime_flags(args)
+    offsets = _offsets(args.offsets)
+    policy, _ = load_policy(args)
+    bench = load_set(args)
+    # refused before the diagnostics run, not after: they decode every instance
+    check_writable_folder("--out", args.out)
     for name, message in bench.errors:
         print(f"skipped {name}: {message}")
+    if not bench.instances:  # only unreadable files (an empty set is load_set's refusal)
+        names = ", ".join(name for name, _ in bench.errors[:3])
+        more = ", ..." if len(bench.errors) > 3 else ""
+        raise CommandLineError(
+            f"--benchmark {args.benchmark}: every instance file is unreadable ({names}{more})"
+        )
     sizes = {i.num_nodes for i in bench.instances}
     results = []
     for size in sorted(sizes):

@@ -33,7 +33,8 @@ there is no number), ``routes/NAME.sol`` (each solution in CVRPLIB's syntax; re-
 ``linc-solve --verify routes/NAME.sol``) and ``plots/NAME.png`` route plots; every file is
 written to a temporary name and renamed into place. The exit status is 1 when any row is an
 error (unreadable instance file or infeasible solution), 2 when the command cannot start
-(missing or unreadable checkpoint, missing or empty folder), else 0.
+(missing or unreadable checkpoint, missing or empty folder, an ``--out`` it cannot write, a
+``--plot`` name not in the set; all refused before decoding), else 0.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from linc_core.commands.flags import (
     CommandLineError,
     add_policy_run_flags,
     apply_runtime_flags,
+    check_writable_folder,
     load_policy,
     load_set,
 )
@@ -137,14 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _plot_names(spec: str, names: Sequence[str]) -> list[str]:
+def _plot_names(spec: str, benchmark: str, names: Sequence[str]) -> list[str]:
+    """The instances ``--plot`` asks for among the set's ``names``, in the set's spelling (they
+    match ignoring case, as best-known values do); every instance read gets a solution, so
+    the names are checked before anything is decoded."""
     if spec.isdigit():
         return list(names[: int(spec)])
+    by_key = {name.casefold(): name for name in names}
     wanted = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in names]
+    unknown = [n for n in wanted if n.casefold() not in by_key]
     if unknown:
-        raise SystemExit(f"--plot: unknown instances {unknown}")
-    return wanted
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise CommandLineError(
+            f"--plot {spec}: no instance {', '.join(unknown)} in --benchmark {benchmark} "
+            f"(give a count, or names among {shown})"
+        )
+    return list(dict.fromkeys(by_key[n.casefold()] for n in wanted))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,7 +184,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     bench = load_set(
         args, count=args.count, data_seed=args.data_seed, max_customers=args.max_customers
     )
-    _report_set(bench)
     if bench.instances and bench.instances[0].problem != policy.config.problem:
         raise CommandLineError(
             f"--checkpoint is a {policy.config.problem} model; --benchmark {args.benchmark} "
@@ -182,6 +191,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         )
     set_name = Path(bench.name).name
     out = args.out or Path("runs") / "eval" / f"{set_name}-{args.decode}"
+    # both refused before PyVRP and decoding spend minutes on results that cannot be kept
+    plotted = _plot_names(args.plot, args.benchmark, [i.names[0] for i in bench.instances])
+    check_writable_folder("--out", out)
+    _report_set(bench)
     pyvrp, pyvrp_seconds = None, math.nan
     if args.pyvrp_seconds > 0 and bench.instances:
         pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
@@ -221,7 +234,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         sol = solution_sol(solution, row, bench.convention, bench.sources.get(row.instance))
         write_atomic(out / "routes" / f"{row.instance}.sol", sol)
     by_name = {i.names[0]: i for i in bench.instances}
-    plotted = _plot_names(args.plot, [r.instance for r in solved])
     if plotted and find_spec("matplotlib") is None:  # a bare GPU machine: results first
         print("note: no route plots: matplotlib is not installed here", file=sys.stderr)
         plotted = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 from pathlib import Path
 
@@ -153,3 +154,16 @@ def test_generate_tree_has_its_own_sweep_pointer_and_no_plan(capsys) -> None:
 def test_a_misspelt_value_names_the_value_meant(override, message, capsys) -> None:
     assert run_cli("linc-x", ["preset=smoke", override], lambda config: 1) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", HYDRA_SCRIPTS)
+def test_the_package_example_in_help_prints_for_every_cfg_the_help_offers(script, capsys) -> None:
+    assert _main(script)(["--help"]) == 0
+    out = capsys.readouterr().out
+    example = re.search(r"print only KEY \(e\.g\. -p (\S+)\)", out)
+    assert example, out
+    modes = ("job", "plan") if "--cfg plan" in out else ("job",)
+    for mode in modes:
+        assert _main(script)(["--cfg", mode, "-p", example[1]]) == 0, mode
+        captured = capsys.readouterr()
+        assert captured.out.strip() and captured.err == "", (mode, captured.err)

@@ -217,3 +217,62 @@ def test_linc_solve_reads_a_solomon_file_with_a_long_name_line(data_dir, tmp_pat
     path.write_text("\n".join(text) + "\n")
     assert solve_main([str(path), "--seconds", "0.5"]) == 0
     assert "(solomon, cvrptw, 100 customers)" in capsys.readouterr().out
+
+
+def _unwritable_out(tmp_path: Path, case: str) -> Path:
+    """An --out linc cannot write: below a file, a file itself, or a link to a file."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    if case == "below a file":
+        return afile / "out"
+    if case == "deep below a file":
+        return afile / "a" / "b" / ".." / "out"
+    if case == "a file":
+        return afile
+    link = tmp_path / "link"
+    link.symlink_to(afile)  # "a link to a file"
+    return link
+
+
+@pytest.mark.parametrize(
+    "case", ["below a file", "deep below a file", "a file", "a link to a file"]
+)
+def test_an_out_it_cannot_write_is_refused_before_decoding(checkpoint, tmp_path, case, capsys):
+    out = _unwritable_out(tmp_path, case)
+    assert _eval(checkpoint, "synthetic-cvrptw-5", out, "--count", "2") == 2
+    captured = capsys.readouterr()
+    assert "decoding" not in captured.out  # refused before any work
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith(f"linc-eval: --out: cannot write to {out} (")
+    assert (tmp_path / "afile").read_text() == "not a folder\n"
+
+
+def test_out_through_a_link_to_a_folder_is_written(checkpoint, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert _eval(checkpoint, "synthetic-cvrptw-5", tmp_path / "link" / "out", "--count", "1") == 0
+    assert (tmp_path / "real" / "out" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("spec", ["C999", "c101,C999", "../c101", "3x", "-1"])
+def test_plot_names_not_in_the_set_are_refused_before_decoding(
+    checkpoint, user_folder, tmp_path, spec, capsys
+):
+    out = tmp_path / "out"
+    args = ["--checkpoint", str(checkpoint), "--benchmark", str(user_folder), "--out", str(out)]
+    assert eval_main([*args, "--aug", "1", "--plot", spec, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "decoding" not in captured.out and not out.exists()
+    unknown = ", ".join(n for n in spec.split(",") if n.casefold() not in ("c101", "r101"))
+    assert captured.err == (
+        f"linc-eval: --plot {spec}: no instance {unknown} in --benchmark {user_folder} "
+        "(give a count, or names among c101, r101)\n"
+    )
+
+
+def test_plot_names_match_the_set_ignoring_case(checkpoint, user_folder, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    args = ["--checkpoint", str(checkpoint), "--benchmark", str(user_folder), "--out", str(out)]
+    assert eval_main([*args, "--aug", "1", "--decode", "greedy", "--plot", "R101, C101,r101"]) == 0
+    assert sorted(p.name for p in (out / "plots").iterdir()) == ["c101.png", "r101.png"]
