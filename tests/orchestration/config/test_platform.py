@@ -427,3 +427,18 @@ def test_search_metrics_a_trial_reports_are_accepted_and_every_report_is_stricte
     smoke = load_platform_config(["preset=smoke"])
     assert smoke.search is not None
     smoke.search.require_reported(smoke.run, every_report=True)
+
+
+def test_the_config_tree_lists_every_training_setting() -> None:
+    """``sweeps/conf/train/default.yaml`` is how a TrainConfig field reaches the command line
+    (``train.KEY=VALUE``): a field it leaves out is an "unknown key" there (``replay_chunk``
+    was)."""
+    import dataclasses
+
+    from linc_core.config import TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    listed = set(compose_mapping([])["train"])
+    assert listed - {"protocol"} == fields
+    chunked = load_platform_config(["preset=smoke", "train.replay_chunk=4"])
+    assert chunked.run.train.replay_chunk == 4
