@@ -44,7 +44,7 @@ def generate(config: DatagenConfig) -> int:
     local = config.uri.removeprefix("file://")
     if "://" not in local:  # made and probed now; S3's are the actors' (their credentials)
         check_writable("uri", local)
-    init_ray(num_cpus=config.ray_cpus)
+    init_ray(num_cpus=config.ray_cpus, logging_level="WARNING")  # no INFO chatter
     try:
         manifest = generate_dataset(config)
     except (DatagenError, ValueError) as err:
