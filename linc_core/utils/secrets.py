@@ -5,7 +5,9 @@ lines, log records, warnings and error messages). The process itself keeps the r
 What is masked, as ``***``:
 
 * the password of a URI's user info: ``postgresql://linc:***@db:5432/linc``,
-  ``http://user:***@host`` (a user name alone is kept);
+  ``http://user:***@host`` (a user name alone is kept), all of it up to the last '@' before the
+  host, whatever it holds (quotes, spaces, '<', '>', '/', '@'), also in a repr, JSON or a shell
+  line (see :func:`_uri_passwords`);
 * the value of a credential parameter, in a query string or as ``key=value`` text
   (``?access_key=***&region=eu``, ``password=***`` of a libpq connection string), of a quoted
   ``'password': '***'`` pair, and of an ``Authorization`` scheme (``Authorization: Bearer ***``);
@@ -46,10 +48,21 @@ CREDENTIAL_PATTERN = re.compile(
 MIN_SECRET_LENGTH = 8
 ANYWHERE_LENGTH = 12
 
-# scheme://user:PASSWORD@ (a password may hold '/', ':' or '?': SQLAlchemy takes all up to '@')
-_USERINFO = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"<>]*:)(?P<secret>[^\s@'\"<>]*)(?P<tail>@)"
-)
+# scheme://user: before a URI's password (see _uri_passwords); a user name ends at a space, a
+# quote, '<', '>' or an IPv6 host's '['
+_URI_USER = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\[\]'\"<>]*:")
+# A quote that ends a quoted value (in a repr, JSON, YAML, a shell line): one not escaped (by a
+# backslash, or doubled as YAML and SQL do) and followed by what may follow such a value. A quote
+# inside a password is followed by more of it.
+_AFTER_QUOTE = r"(?=[\s,;:)\]}>'\"]|$)"
+_CLOSING = {
+    "'": re.compile(r"(?<![\\'])'(?!')" + _AFTER_QUOTE),
+    '"': re.compile(r'(?<![\\"])"(?!")' + _AFTER_QUOTE),
+    "\\'": re.compile(r"(?<!\\)\\'" + _AFTER_QUOTE),  # in a repr or JSON itself quoted
+    '\\"': re.compile(r'(?<!\\)\\"' + _AFTER_QUOTE),
+}
+# host:port (or host:/path) and then text: no user info, whatever '@' follows on the line
+_PORT = re.compile(r"\d*(?:[/?#\s]|$)")
 # name=VALUE in a query string or a key-value connection string
 _PAIR = re.compile(
     r"(?P<head>(?<![\w.\-])(?P<name>[A-Za-z][\w.\-]*)\s*=\s*)"
@@ -121,14 +134,56 @@ def _learn(secret: str) -> None:
     secret = secret.strip().strip("'\"")
     if len(secret) < MIN_SECRET_LENGTH or secret.lower() in _NOT_SECRETS or MASK in secret:
         return
-    forms = {secret, unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")}
+    plain = re.sub(r"\\(.)", r"\1", secret)  # as written in a repr or JSON: its quotes escaped
+    forms = {secret, plain, plain.replace("'", "\\'"), plain.replace('"', '\\"')}
+    forms |= {unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")}
     with _lock:
         _learnt.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
 
 
+def _uri_passwords(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every URI password in ``text``: after ``scheme://user:``, up to the last
+    '@' before the host (as urllib3 reads it; SQLAlchemy stops at the first, masking more is
+    safe), any character but a line break (quotes, '<', '>', spaces, '/', '?', '@' included).
+
+    Where the URI ends is read from how it is embedded: in quotes (``'...'``, ``"..."``, JSON's
+    ``\\"...\\"``), at the closing one if an '@' comes before it; else at the line's end or the
+    next ``scheme://user:``. The password is all up to the last '@' before that end, so that a
+    passphrase such as ``my p@ss word`` is masked whole; the price: in ``u:p@h/db is down, ask
+    a@b.org`` (unquoted, on one line) ``p@h/db is down, ask a`` is masked. A span holding a space
+    that starts as a port is none (``http://h:5000 (by a@b.org)``: a host and its port)."""
+    spans: list[tuple[int, int]] = []
+    head = _URI_USER.search(text)
+    while head is not None:  # each stretch of text is read once: linear in long lines
+        start = head.end()
+        following = _URI_USER.search(text, start)  # its user info ("a://b" may be a password)
+        limit = following.start() if following is not None else len(text)
+        if (newline := text.find("\n", start, limit)) >= 0:
+            limit = newline
+        opener = text[max(0, head.start() - 2) : head.start()]
+        opener = opener if opener in _CLOSING else opener[-1:]
+        closing = _CLOSING[opener].search(text, start, limit) if opener in _CLOSING else None
+        if closing is not None and text.find("@", start, closing.start()) >= 0:
+            limit = closing.start()  # else the password holds that quote and what follows it
+        at = text.rfind("@", start, limit)
+        if at >= 0 and not (any(c.isspace() for c in text[start:at]) and _PORT.match(text, start)):
+            spans.append((start, at))
+        head = following
+    return spans
+
+
+def _mask_uri_passwords(text: str) -> str:
+    pieces, done = [], 0
+    for start, end in _uri_passwords(text):
+        _learn(text[start:end])
+        pieces += [text[done:start], MASK]
+        done = end
+    return "".join(pieces) + text[done:]
+
+
 def _mask_group(match: re.Match[str]) -> str:
     _learn(match["secret"])
-    return f"{match['head']}{MASK}{match.groupdict().get('tail') or ''}"
+    return f"{match['head']}{MASK}"
 
 
 def _mask_named(match: re.Match[str]) -> str:
@@ -142,8 +197,12 @@ def _mask_named(match: re.Match[str]) -> str:
 
 def _redact_text(text: str) -> str:
     _learn_environment()
+    # the secrets learnt before, first: a pattern below could take a part of one for a value
+    # (in password='it\'s pa55word', the value 'it\'), and the rest no longer reads as the secret
+    if (learnt := _literal_pattern()) is not None:
+        text = learnt.sub(MASK, text)
     if "://" in text:
-        text = _USERINFO.sub(_mask_group, text)
+        text = _mask_uri_passwords(text)
     if "=" in text:
         text = _PAIR.sub(_mask_named, text)
     if ":" in text and ("'" in text or '"' in text):
@@ -162,8 +221,8 @@ def _learn_environment() -> None:
         if looks_like_credential(name) and name not in _NOT_SECRET_VARIABLES:
             _learn(value)
         elif "://" in value and "@" in value:
-            for match in _USERINFO.finditer(value):
-                _learn(match["secret"])
+            for start, end in _uri_passwords(value):
+                _learn(value[start:end])
 
 
 def _literal_pattern() -> re.Pattern[str] | None:

@@ -5,25 +5,22 @@ checkpoint (artifact ``checkpoint``) and ``linc_core`` (as code), so the model l
 torch, numpy, pyarrow and vrplib are installed, without linc's platform and without knowing
 linc's checkpoint format (:mod:`orchestration.tracking.registry` logs and registers it).
 
-``predict`` takes one instance per row (a DataFrame, a dict of columns, a list of records or
-of texts), either
-
-- ``instance``: the text of a Solomon, TSPLIB or CVRPLIB file (format read from the content),
-  with an optional ``name`` (default: the file's own, its ``NAME`` or Solomon's first line); or
-- ``locs`` (``[[x, y], ...]``, node 0 the depot), with ``demand``, ``capacity``,
-  ``time_windows`` and ``service_time`` as the policy's problem needs them (checked as a
-  file's data is: ``linc_core.instances.validation``);
-
-and the decoding budget as params (``method``: sampling, greedy, multistart or sgbs; ``num_z``;
-``augment``: 1 or 8; ``seed``). It returns one row per instance: ``name``, ``cost`` (exact
-Euclidean; None when infeasible), ``feasible`` and ``violations`` (the independent verifier's
-verdict), ``routes`` (JSON: lists of customer ids, depot implicit; a TSP tour as one list),
-``num_routes``, ``seconds``.
+``predict`` takes one instance per row (a DataFrame, a dict of columns, records or texts):
+``instance``, the text of a Solomon, TSPLIB or CVRPLIB file (format read from the content) with
+an optional ``name`` (default: the file's own, its ``NAME`` or Solomon's first line), or ``locs``
+(``[[x, y], ...]``, node 0 the depot) with ``demand``, ``capacity``, ``time_windows`` and
+``service_time`` as the policy's problem needs them (checked as a file's data is:
+``linc_core.instances.validation``); and the decoding budget as params (``method``: sampling,
+greedy, multistart or sgbs; ``num_z``; ``augment``: 1 or 8; ``seed``). It returns one row per
+instance: ``name``, ``cost`` (exact Euclidean; None when infeasible), ``feasible`` and
+``violations`` (the independent verifier's verdict), ``routes`` (JSON: lists of customer ids,
+depot implicit; a TSP tour as one list), ``num_routes``, ``seconds``.
 
 Bounds (:class:`ServingLimits`, from ``LINC_SERVE_*`` when the model loads): request bytes,
 rows, customers per instance, decoding budget, and a deadline past which decoding stops. Bad
-data or a request beyond them is a :class:`ServedError`: one line, HTTP 400 (504 past the
-deadline). Served, the model also guards MLflow's request handler (:func:`_guard_scoring_server`).
+data (named by its row's index and name, field and value) or a request beyond the bounds is a
+:class:`ServedError`: one line, HTTP 400 (504 past the deadline). Served, the model also guards
+MLflow's request handler (:func:`_guard_scoring_server`).
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, fields, replace
@@ -56,6 +54,7 @@ DEFAULT_PARAMS: dict[str, Any] = {"method": "sampling", "num_z": 128, "augment":
 # rollouts at once (49 M cells) past 6 GB; 2 M cells stay near 250 MB.
 STEP_CELLS = 2**21
 MAX_LINE = 400  # characters of an error line
+_TEMP_FILE = re.compile(r"[^\s'\"]*linc-instance-[^/\s'\"]*/[A-Za-z0-9._-]*")  # a row text's file
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +103,8 @@ class ServedError(MlflowException):
         self._line = " ".join(str(line).split())[:MAX_LINE]
         super().__init__(self._line, error_code=code)
 
-    @property
-    def message(self) -> str:
-        return self._line
-
-    @message.setter
-    def message(self, value: str) -> None: ...
+    # MLflow's server sets ``message`` (to its own several lines): the one line stays
+    message = property(lambda self: self._line, lambda self, _: None)  # type: ignore[assignment]
 
 
 class RequestRefused(ServedError, ValueError):
@@ -119,22 +114,19 @@ class RequestRefused(ServedError, ValueError):
 class LincPolicyModel(PythonModel):
     """The pyfunc wrapper of a linc checkpoint (see the module docstring)."""
 
-    # predict's input is hinted as a DataFrame, a hint MLflow infers no schema from (it warns
-    # on every load without a hint): the signature is the registry's
-    # (``orchestration.tracking.registry.signature``).
+    # predict's input is hinted as a DataFrame, a hint MLflow infers no schema from (it warns on
+    # every load without one): the signature is ``orchestration.tracking.registry.signature``.
     def load_context(self, context):
         from linc_core.train.loop import policy_from_checkpoint
 
         self.limits = ServingLimits.from_environment()
         self.policy, _ = policy_from_checkpoint(context.artifacts["checkpoint"])
         self.policy.eval()
-        # one request decodes at a time: memory stays that of one request
-        self.computing = threading.Lock()
+        self.computing = threading.Lock()  # one request decodes at a time: its memory only
         _guard_scoring_server(self.limits)
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         from linc_core.decoding import DeadlineExceeded
-        from linc_core.instances import InstanceError
 
         limits = self.limits
         deadline = time.monotonic() + limits.deadline_seconds
@@ -142,8 +134,6 @@ class LincPolicyModel(PythonModel):
             return self._answer(model_input, params, limits, deadline)
         except ServedError:
             raise
-        except InstanceError as bad:
-            raise RequestRefused(str(bad)) from None
         except DeadlineExceeded:
             raise ServedError(
                 f"decoding stopped at the {limits.deadline_seconds:g} s deadline "
@@ -167,10 +157,9 @@ class LincPolicyModel(PythonModel):
         records = _records(model_input)
         if not records:
             raise RequestRefused(
-                "no rows: send one instance per row, in columns instance (a file's text) and "
-                "name, or locs, demand, capacity, time_windows, service_time (MLflow drops "
-                "inputs its signature does not name, such as a bare list of texts: send "
-                "{'instance': [texts]})"
+                "no rows: send one instance per row, in columns instance (a file's text) and name, "
+                "or locs, demand, capacity, time_windows, service_time (MLflow drops inputs its "
+                "signature does not name, as a bare list of texts: send {'instance': [texts]})"
             )
         if len(records) > limits.max_rows:
             raise RequestRefused(
@@ -219,8 +208,7 @@ class LincPolicyModel(PythonModel):
             values[name] = int(value)
         if values["augment"] not in (1, 8):
             raise RequestRefused(f"params: augment = {values['augment']}: expected 1 or 8")
-        z_dim = self.policy.config.z_dim
-        most = 2**z_dim if z_dim > 0 else 2**62
+        most = 2**z_dim if (z_dim := self.policy.config.z_dim) > 0 else 2**62
         if not 1 <= values["num_z"] <= most:
             raise RequestRefused(f"params: num_z = {values['num_z']}: expected 1 to {most}")
         return DecodeConfig(method=method, **values)  # type: ignore[arg-type]
@@ -238,6 +226,7 @@ class LincPolicyModel(PythonModel):
         return per_copy * config.augment
 
     def _instance(self, record: dict[str, Any], index: int, limits: ServingLimits) -> Any:
+        from linc_core.instances import InstanceError
         from linc_core.instances.any_file import name_in_text, read_instance_text
         from linc_core.instances.validation import instance_from_arrays
         from linc_core.problems.spec import problem_spec
@@ -245,6 +234,12 @@ class LincPolicyModel(PythonModel):
         problem = self.policy.config.problem
         text = record.get("instance")
         given_text = isinstance(text, str) and bool(text.strip())
+        if not (given_text or _present(record.get("locs"))):
+            columns = sorted(str(key) for key in record if _present(record.get(key)))
+            raise RequestRefused(
+                f"row {index}: neither 'instance' (a benchmark file's text) nor 'locs' "
+                f"(coordinates) given; columns with values: {columns or 'none'}"
+            )
         if given_text and len(text) > limits.max_request_bytes:
             raise RequestRefused(
                 f"row {index}: instance text of {len(text)} characters, more than "
@@ -252,33 +247,39 @@ class LincPolicyModel(PythonModel):
             )
         own_name = name_in_text(text) if given_text else None
         name = str(record.get("name") or own_name or f"instance{index}")[:80]
-        if given_text:
-            _, instance = read_instance_text(text, name)
-        elif _present(record.get("locs")):
+        row = f"row {index} ({name if name.isprintable() else repr(name)})"
+        if not given_text:  # refused before its tensors are built
             nodes = len(record["locs"]) if hasattr(record["locs"], "__len__") else 0
-            _check_customers(nodes - int(problem_spec(problem).has_depot), index, limits)
-            fields_given = ("demand", "capacity", "time_windows", "service_time")
-            given = {key: record[key] for key in fields_given if _present(record.get(key))}
-            source = f"row {index} ({name})"
-            instance = instance_from_arrays(problem, source, record["locs"], names=[name], **given)
-        else:
-            columns = sorted(str(key) for key in record if _present(record.get(key)))
-            raise RequestRefused(
-                f"row {index}: neither 'instance' (a benchmark file's text) nor 'locs' "
-                f"(coordinates) given; columns with values: {columns or 'none'}"
-            )
+            _check_customers(nodes - int(problem_spec(problem).has_depot), row, limits)
+        try:  # a bad row is one 400 line naming the row, not the readers' temporary file
+            if given_text:
+                _, instance = read_instance_text(text, name)
+            else:
+                fields_given = ("demand", "capacity", "time_windows", "service_time")
+                given = {key: record[key] for key in fields_given if _present(record.get(key))}
+                instance = instance_from_arrays(problem, row, record["locs"], names=[name], **given)
+        except (InstanceError, OverflowError, ValueError) as bad:
+            raise bad_row(row, bad) from None
         if instance.problem != problem:
-            raise RequestRefused(
-                f"{name}: a {instance.problem} instance, but this model solves {problem}"
-            )
-        _check_customers(instance.num_customers, index, limits)
+            raise RequestRefused(f"{row}: {instance.problem} instance; this model solves {problem}")
+        _check_customers(instance.num_customers, row, limits)
         return instance
 
 
-def _check_customers(customers: int, index: int, limits: ServingLimits) -> None:
+def bad_row(row: str, bad: Exception) -> RequestRefused:
+    """Row ``row``'s bad data (``InstanceError``, a reader's ``ValueError`` or ``OverflowError``)
+    in one line naming the row, field and value, never the temporary file of the row's text."""
+    from linc_core.instances import InstanceError
+
+    if isinstance(bad, InstanceError):  # its source: that temporary file
+        return RequestRefused(f"{row}: field '{bad.field}' = {bad.value!r}: {bad.problem}")
+    return RequestRefused(f"{row}: bad instance data: {_TEMP_FILE.sub('the instance', str(bad))}")
+
+
+def _check_customers(customers: int, row: str, limits: ServingLimits) -> None:
     if customers > limits.max_customers:
         raise RequestRefused(
-            f"row {index}: {customers} customers, more than {limits.max_customers} "
+            f"{row}: {customers} customers, more than {limits.max_customers} "
             "(LINC_SERVE_MAX_CUSTOMERS)"
         )
 
@@ -363,14 +364,13 @@ def _one_line(err: Exception) -> ServedError:
 
 
 def _guard_scoring_server(limits: ServingLimits) -> None:
-    """Under ``mlflow models serve``: the request handler refuses a body over
-    ``max_request_bytes`` before parsing it, and answers every error in one line.
+    """Under ``mlflow models serve``: the request handler refuses a body over ``max_request_bytes``
+    before parsing it, and answers every error in one line.
 
     MLflow 3.17's FastAPI app reads the whole body, then calls the module function
-    ``scoring_server.invocations`` (looked up per request) in a worker thread, so ``/ping``
-    is served meanwhile on the event loop. It has no body limit, echoes the input in parse
-    errors and puts a traceback in the answer of any other exception.
-    """
+    ``scoring_server.invocations`` (looked up per request) in a worker thread, so ``/ping`` is
+    served meanwhile on the event loop. It has no body limit, echoes the input in parse errors
+    and puts a traceback in the answer of any other exception."""
     from mlflow.pyfunc import scoring_server
 
     if getattr(scoring_server, "_SERVER_MODEL_PATH", "") not in os.environ:

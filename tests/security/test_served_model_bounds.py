@@ -169,6 +169,18 @@ def with_nan_coordinate() -> dict:
     return body
 
 
+def solomon_row(token: str, column: int = 1) -> dict:
+    """A 2-customer Solomon file's text whose customer 2 has ``token`` in ``column``."""
+    customer = ["2", "45", "70", "30", "825", "870", "90"]
+    customer[column] = token
+    text = (
+        "C101\nVEHICLE\nNUMBER CAPACITY\n25 200\nCUSTOMER\n"
+        "CUST NO.  XCOORD.   YCOORD.    DEMAND   READY TIME  DUE DATE   SERVICE   TIME\n"
+        "0 40 50 0 0 1236 0\n1 45 68 10 912 967 90\n" + " ".join(customer) + "\n"
+    )
+    return text_row(text)
+
+
 HOSTILE = {
     "20 MB body": (lambda: text_row("x" * 20_000_000), "LINC_SERVE_MAX_REQUEST_BYTES"),
     "3,000-customer row": (lambda: row(3000), "3000 customers, more than 1000"),
@@ -184,6 +196,10 @@ HOSTILE = {
     "NaN coordinate": (with_nan_coordinate, "'locs[2]' = [nan, 1.0]: non-finite"),
     "shapes that disagree": (lambda: row(10, demand=[0.0, 1.0]), "'demand' = 'shape [2]'"),
     "text that is no instance": (lambda: text_row("GET /etc/passwd"), "neither a Solomon file"),
+    # a file's text is read from a server temp file: the answer names the row, never that path
+    "inf coordinate in a file": (lambda: solomon_row("inf"), "row 0 (C101): field 'CUSTOMER row 2"),
+    "1e400 coordinate in a file": (lambda: solomon_row("1e400", 2), "YCOORD.' = '1e400'"),
+    "negative demand in a file": (lambda: solomon_row("-5", 3), "row 0 (C101): field 'demand[2]'"),
     # JSON writes a line break in 2 bytes: 1.9 MB of them fit the 4 MB body (the sniffing
     # alone is tested linear to 3.2 MB in tests/linc_core/instances/test_any_file.py)
     "1.9 MB of blank lines": (lambda: text_row("\n" * 1_900_000 + "x"), "neither a Solomon"),

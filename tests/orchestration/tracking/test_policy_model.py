@@ -17,7 +17,7 @@ from mlflow.pyfunc.scoring_server import predictions_to_json
 
 from linc_core.evaluate.scoring import EvalRow, Evaluation
 from linc_core.train.data import generate
-from orchestration.tracking.policy_model import ServingLimits, answer_frame, answer_row
+from orchestration.tracking.policy_model import ServingLimits, answer_frame, answer_row, bad_row
 
 SMALL = {"method": "sampling", "num_z": 2, "augment": 1, "seed": 0}
 
@@ -106,7 +106,7 @@ def test_the_limits_refuse_in_one_line_before_decoding(tiny_policy_model, monkey
     )
     cases = {
         "rows": ([arrays(3), arrays(3)], SMALL, "2 rows: more than 1 (LINC_SERVE_MAX_ROWS)"),
-        "customers": ([arrays(6)], SMALL, "row 0: 6 customers, more than 5"),
+        "customers": ([arrays(6)], SMALL, "row 0 (instance0): 6 customers, more than 5"),
         "budget": ([arrays(5)], {"num_z": 65536, "augment": 8}, "LINC_SERVE_MAX_BUDGET"),
         "augment": ([arrays(5)], {"augment": 3}, "params: augment = 3: expected 1 or 8"),
         "num_z": ([arrays(5)], {"num_z": 65537}, "params: num_z = 65537: expected 1 to 65536"),
@@ -132,3 +132,85 @@ def test_an_infeasible_answer_is_json_with_a_null_cost() -> None:
 
     (sent,) = json.loads(written.getvalue(), parse_constant=refuse)["predictions"]
     assert sent["cost"] is None and sent["feasible"] is False
+
+
+def solomon_text(data_dir, customers: int, change: tuple[int, int, str] | None = None) -> str:
+    """C101's depot and first ``customers`` customers; ``change`` = (node, column, token)."""
+    lines = (data_dir / "solomon100" / "C101.txt").read_text().splitlines()
+    last = next(i for i, x in enumerate(lines) if x.split()[:1] == [str(customers)])
+    lines = lines[: last + 1]
+    if change is not None:
+        node, column, token = change
+        at = next(i for i, x in enumerate(lines) if x.split()[:1] == [str(node)])
+        tokens = lines[at].split()
+        tokens[column] = token
+        lines[at] = "   ".join(tokens)
+    return "\n".join(lines) + "\n"
+
+
+def vrplib_text(kind: str, x: str) -> str:
+    """A 3-node TSPLIB or CVRPLIB file whose node 2 has x coordinate ``x``."""
+    head = f"NAME : tiny\nTYPE : {kind}\nDIMENSION : 3\nEDGE_WEIGHT_TYPE : EUC_2D\n"
+    coords = f"NODE_COORD_SECTION\n1 0 0\n2 {x} 1\n3 2 2\n"
+    if kind == "TSP":
+        return head + coords + "EOF\n"
+    loads = "DEMAND_SECTION\n1 0\n2 1\n3 1\nDEPOT_SECTION\n1\n-1\n"
+    return head + "CAPACITY : 10\n" + coords + loads + "EOF\n"
+
+
+def test_a_bad_row_is_a_400_naming_its_row_field_and_value_never_a_server_path(
+    tiny_policy_model, monkeypatch, data_dir
+) -> None:
+    # before: a row's text was read from a server temp file, named in the answer
+    # (/tmp/linc-instance-4ain1ne_/C101.txt: field 'demand[3]' = -5), and a reader's
+    # OverflowError on inf or 1e400 coordinates answered HTTP 500 "internal error"
+    model = load(tiny_policy_model, monkeypatch)
+    good = solomon_text(data_dir, 6)
+    cases = {
+        "inf": (solomon_text(data_dir, 6, (3, 1, "inf")), "field 'CUSTOMER row 3 XCOORD.' = 'inf'"),
+        "nan": (solomon_text(data_dir, 6, (3, 2, "nan")), "field 'CUSTOMER row 3 YCOORD.' = 'nan'"),
+        "1e400": (solomon_text(data_dir, 6, (0, 1, "1e400")), "XCOORD.' = '1e400'"),
+        "-5 demand": (solomon_text(data_dir, 6, (3, 3, "-5")), "field 'demand[3]' = -5"),
+        "tsplib inf": (vrplib_text("TSP", "inf"), "field 'NODE_COORD_SECTION node 2 x' = 'inf'"),
+        "cvrplib 1e400": (vrplib_text("CVRP", "1e400"), "node 2 x' = '1e400'"),
+        "cvrplib -inf": (vrplib_text("CVRP", "-inf"), "node 2 x' = '-inf'"),
+        "no instance": ("TYPE : VRP\n", "field 'instance' = 'TYPE : VRP\\n': neither"),
+        "cvrp, not cvrptw": (vrplib_text("CVRP", "1"), "cvrp instance; this model solves cvrptw"),
+    }
+    for case, (text, fragment) in cases.items():
+        with pytest.raises(MlflowException) as refused:
+            model.predict({"instance": [good, text], "name": ["ok", "C101-x"]}, params=SMALL)
+        line = refused.value.message
+        assert refused.value.get_http_status_code() == 400, (case, line)
+        assert line.startswith("row 1 (C101-x): ") and fragment in line, (case, line)
+        assert "linc-instance" not in line and "/tmp" not in line and "\n" not in line, line
+    # a row of arrays, a name that could break the line: the same form, the name quoted
+    row = arrays(6) | {"name": "evil\x1b[2Jname"}
+    row["locs"][2] = [math.inf, 1.0]
+    with pytest.raises(MlflowException) as refused:
+        model.predict([arrays(6), row], params=SMALL)
+    assert refused.value.get_http_status_code() == 400
+    assert refused.value.message == (
+        "row 1 ('evil\\x1b[2Jname'): field 'locs[2]' = [inf, 1.0]: non-finite coordinate"
+    )
+    # the row's own NAME line names it when no name column is given
+    with pytest.raises(MlflowException, match=r"^row 0 \(tiny\): field 'NODE_COORD_SECTION"):
+        model.predict({"instance": [vrplib_text("TSP", "nan")]}, params=SMALL)
+
+
+def test_a_readers_overflow_or_value_error_is_a_400_naming_the_row() -> None:
+    try:
+        math.ceil(float("1e400"))  # what a reader once raised on a 1e400 coordinate
+    except OverflowError as err:
+        overflow = bad_row("row 2 (X-n101)", err)
+    assert overflow.get_http_status_code() == 400 and isinstance(overflow, ValueError)
+    assert overflow.message == (
+        "row 2 (X-n101): bad instance data: cannot convert float infinity to integer"
+    )
+    # a message naming the server's temporary file (any temp folder) keeps none of its path
+    for path in ("/tmp/linc-instance-4ain1ne_/C101.txt", "/var/tmp/x/linc-instance-q1/a.vrp"):
+        refused = bad_row("row 0 (C101)", ValueError(f"could not read {path}: bad line 'x'"))
+        assert (
+            refused.message
+            == "row 0 (C101): bad instance data: could not read the instance: bad line 'x'"
+        )
