@@ -40,7 +40,7 @@ import pyarrow.fs as pafs
 
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact
-from orchestration.config.sections import NAME_RULE, is_safe_name
+from orchestration.config.sections import NAME_PATTERN, NAME_RULE
 from orchestration.data.storage import open_filesystem, with_retries
 from orchestration.failures import SweepRefused
 
@@ -55,7 +55,8 @@ SETTLE_S = 1.0  # how long two drivers' lease writes may be apart and still be s
 
 
 def _require_folder_name(name: str) -> None:
-    if not is_safe_name(name):
+    # the config refuses such names already (sections.require_name); this join checks again
+    if not (isinstance(name, str) and NAME_PATTERN.fullmatch(name)):
         raise SweepRefused(f"sweep name: expected {NAME_RULE}, got {redact(repr(name))}")
 
 

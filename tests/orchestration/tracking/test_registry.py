@@ -117,13 +117,14 @@ def test_the_loaded_model_solves_c101_with_a_verified_solution(registered, data_
         "NAME : t\nTYPE : TSP\nDIMENSION : 3\nEDGE_WEIGHT_TYPE : EUC_2D\n"
         "NODE_COORD_SECTION\n1 0 0\n2 1 1\n3 0 1\nEOF\n"
     )
-    with pytest.raises(Exception, match="a tsp instance, but this model solves cvrptw"):
+    with pytest.raises(Exception, match=r"row 0 \(t\): tsp instance; this model solves cvrptw"):
         model.predict(pd.DataFrame({"instance": [tsp]}), params=BUDGET)
     # no name given: the file's own (Solomon's first line); text that is no instance: one line
     out = model.predict(pd.DataFrame({"instance": [text]}), params=BUDGET)
     assert out.iloc[0]["name"] == "C101"
     # (a ValueError that MLflow's server answers as HTTP 400 in this one line)
-    with pytest.raises(ValueError, match=r"^instance0: field 'instance' = 'not an instance'"):
+    refused = r"^row 0 \(instance0\): field 'instance' = 'not an instance'"
+    with pytest.raises(ValueError, match=refused):
         model.predict(pd.DataFrame({"instance": ["not an instance"]}), params=BUDGET)
 
 
