@@ -18,7 +18,6 @@ one line and exit 2), its URIs and reasons masked
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -26,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from linc_core.evaluate.benchmark_sets import load_benchmark
-from linc_core.instances.datasets import MANIFEST_NAME
+from linc_core.instances.datasets import MANIFEST_NAME, read_manifest
 from linc_core.runs.plan import RunPlan
 from linc_core.utils.secrets import redact
 from orchestration.config.platform import PlatformConfig
@@ -141,19 +140,22 @@ def check_database(setting: str, url: str) -> None:
 
 
 def check_readable(setting: str, uri: str, problem: str | None = None) -> None:
-    """A data set's manifest at ``uri`` can be read and, given ``problem``, its generator made
-    instances of that problem (a manifest that names none is not checked)."""
+    """A data set's manifest at ``uri`` can be read and passes the one manifest check
+    (:func:`~linc_core.instances.datasets.read_manifest`) and, given ``problem``, its generator
+    made instances of that problem (a manifest that names none is not checked)."""
     try:
         filesystem, root = open_filesystem(uri)
-        with filesystem.open_input_stream(f"{root.rstrip('/')}/{MANIFEST_NAME}") as stream:
-            text = stream.read()
-        manifest = json.loads(text) if problem is not None else {}
-    except (OSError, ValueError) as err:  # json's errors are ValueErrors
+        manifest = read_manifest(root, filesystem)
+    except (OSError, ValueError) as err:  # DatasetSchemaError is a ValueError
         message = f"{setting}: cannot read the data set {redact(uri)} ({_reason(err)})"
         raise SweepRefused(message) from None
-    generator = manifest.get("generator") if isinstance(manifest, dict) else None
+    if manifest is None:
+        raise SweepRefused(
+            f"{setting}: cannot read the data set {redact(uri)} (no {MANIFEST_NAME})"
+        )
+    generator = manifest.get("generator")
     task = generator.get("task") if isinstance(generator, dict) else None
-    if task is not None and task != problem:
+    if problem is not None and task is not None and task != problem:
         message = f"{setting}: the data set {redact(uri)} holds {task} instances"
         raise SweepRefused(f"{message}; the task is {problem}")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from linc_core.instances.parquet import SCHEMA_VERSION
 from orchestration.experiment.preflight import check_readable, preflight
 from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
@@ -40,16 +41,24 @@ def _data_set(folder: Path, manifest: bytes) -> str:
 
 
 def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
-    cvrptw = _data_set(tmp_path / "a", json.dumps({"generator": {"task": "cvrptw"}}).encode())
+    named = {"schema_version": SCHEMA_VERSION, "shards": [], "generator": {"task": "cvrptw"}}
+    cvrptw = _data_set(tmp_path / "a", json.dumps(named).encode())
     with pytest.raises(SweepRefused) as err:
         check_readable("data.eval_uri", cvrptw, "cvrp")
     assert str(err.value) == (
         f"data.eval_uri: the data set {cvrptw} holds cvrptw instances; the task is cvrp"
     )
     check_readable("data.eval_uri", cvrptw, "cvrptw")
-    unnamed = _data_set(tmp_path / "b", b'{"shards": []}')  # names no problem: not checked
+    unnamed = _data_set(
+        tmp_path / "b", json.dumps({"schema_version": SCHEMA_VERSION, "shards": []}).encode()
+    )  # names no problem: not checked
     check_readable("data.uri", unnamed, "cvrp")
-    for name, text in (("cut", b'{"generator": {"ta'), ("binary", b"\xff\xfe")):
+    outside = {"schema_version": SCHEMA_VERSION, "shards": [{"file": "../x", "rows": 1}]}
+    for name, text in (
+        ("cut", b'{"generator": {"ta'),
+        ("binary", b"\xff\xfe"),
+        ("outside", json.dumps(outside).encode()),  # the one manifest check: no shard outside
+    ):
         broken = _data_set(tmp_path / name, text)
         with pytest.raises(SweepRefused, match=f"data.uri: cannot read the data set {broken}"):
             check_readable("data.uri", broken, "cvrp")
