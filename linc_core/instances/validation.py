@@ -223,6 +223,16 @@ def _coordinate_checks(instance: Instance, rows: slice) -> list[_Check]:
         ]
 
 
+def _positive_scalar(field: str, values: np.ndarray, shown: Callable) -> _Check:
+    """The check of a per-row ``[B]`` scalar that must be finite, positive and at most
+    :data:`MAX_MAGNITUDE` (capacity, travel-time scale)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(values) & (values > 0) & (values <= MAX_MAGNITUDE))
+    return _Check(
+        field, bad, lambda r, _: shown(values[r]), f"must be positive and at most {MAX_MAGNITUDE:g}"
+    )
+
+
 def _load_checks(instance: Instance, rows: slice) -> list[_Check]:
     capacity = _values(instance, rows, "capacity")
     demand = _values(instance, rows, "demand")
@@ -230,12 +240,7 @@ def _load_checks(instance: Instance, rows: slice) -> list[_Check]:
         depot = np.zeros_like(demand, dtype=bool)
         depot[:, 0] = demand[:, 0] != 0
         return [
-            _Check(
-                "capacity",
-                ~(np.isfinite(capacity) & (capacity > 0) & (capacity <= MAX_MAGNITUDE)),
-                lambda r, _: _plain(capacity[r]),
-                f"must be positive and at most {MAX_MAGNITUDE:g}",
-            ),
+            _positive_scalar("capacity", capacity, _plain),
             _Check(
                 "demand",
                 ~np.isfinite(demand) | (demand < 0),
@@ -291,12 +296,7 @@ def _window_checks(instance: Instance, rows: slice) -> list[_Check]:
             )
 
         return [
-            _Check(
-                "travel_time_scale",
-                ~(np.isfinite(alpha) & (alpha > 0) & (alpha <= MAX_MAGNITUDE)),
-                lambda r, _: float(alpha[r]),
-                f"must be positive and at most {MAX_MAGNITUDE:g}",
-            ),
+            _positive_scalar("travel_time_scale", alpha, float),
             _Check(
                 "service_time",
                 ~np.isfinite(service) | (service < 0) | (service > MAX_MAGNITUDE),
