@@ -17,6 +17,22 @@ from sweeps.compose import compose_mapping, load_platform_config, sweep_pointer
 Config = TypeVar("Config")
 
 
+def mlflow_command() -> str:
+    """This environment's ``mlflow`` as a user types it: relative to the current folder when
+    it lies below it (``.venv/bin/mlflow`` from a checkout), else its absolute path (a package
+    installed elsewhere), else ``mlflow``. Beside the running Python, not the first on PATH:
+    another environment's MLflow may read the store's schema differently."""
+    import os
+    import shlex
+    from pathlib import Path
+
+    beside = Path(sys.executable).parent / "mlflow"
+    if not beside.is_file():
+        return "mlflow"
+    relative = os.path.relpath(beside)
+    return shlex.quote(str(beside) if relative.startswith("..") else relative)
+
+
 def print_mlflow_ui(
     tracking_uri: str, parent_run_id: str | None = None, registered: str | None = None
 ) -> None:
@@ -45,7 +61,8 @@ def print_mlflow_ui(
     else:
         print("Browse the runs with:")
     if server is None:
-        print(f"  .venv/bin/mlflow ui --app-name linc --backend-store-uri {shown} --host 127.0.0.1")
+        command = f"{mlflow_command()} ui --app-name linc --backend-store-uri {shown}"
+        print(f"  {command} --host 127.0.0.1")
         if shown != tracking_uri:
             print("  (*** stands for the store's password, masked here)")
     if experiment_id is not None:
@@ -172,4 +189,4 @@ def run_cli(
         return 1
 
 
-__all__ = ["Config", "Flags", "print_mlflow_ui", "run_cli", "split_flags"]
+__all__ = ["Config", "Flags", "mlflow_command", "print_mlflow_ui", "run_cli", "split_flags"]
