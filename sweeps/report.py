@@ -9,18 +9,19 @@ only; Ray is not imported).
     linc-report ablation --experiment linc-cpu --out reports/ablation-cpu
     linc-report register --run 4aae6ca33cbe4242943689250623677d --name linc-cpu
 
-``ablation``: mean final evaluation cost per variant over seeds with the gap to the
-``--compare-to`` variant (default: the one the ``--sweep`` recorded, so the rebuilt report is the
-one the sweep logged; else Full LINC), then the statistics
-table: intervals over seeds, the gap paired by seed and instance with its bootstrap interval, and
-whether its sign is resolved (``orchestration.report.ablation``). ``benchmark``: per evaluation
-set and variant, the mean cost and the count of infeasible solutions. ``budget``: per run,
-epochs, wall time and parameter count. ``main``: the paper's main table of a sweep evaluated on
-a benchmark (``preset=main-cpu``): method x benchmark, Obj., gap to BKS, time, the BKS and
-PyVRP rows, each Full LINC-vs-baseline gap paired by seed and instance with its bootstrap
-interval and whether the ordering is resolved, the budget in the caption
-(``orchestration.report.main_table``); with ``--out`` also ``time_to_quality.png``, with
-``--peer-curve FILE`` an external model's curve on it (``python -m bench.bench_quality``).
+``ablation``: mean final evaluation cost per variant over seeds with the gap to the ``--compare-to``
+variant (default: the one the ``--sweep`` recorded, so the rebuilt report is the one the sweep
+logged; else Full LINC), then the statistics table: intervals over seeds, the gap paired by seed and
+instance with its bootstrap interval, and whether its sign is resolved
+(``orchestration.report.ablation``). ``benchmark``: per evaluation set and variant, the mean cost
+and the count of infeasible solutions. ``budget``: per run, epochs, parameter count, training
+seconds (the budget's clock, as the sweep's console shows them) and the run's wall time (start-up,
+validation and evaluation included). ``main``: the paper's main table of a sweep evaluated on a
+benchmark (``preset=main-cpu``): method x benchmark, Obj., gap to BKS, time, the BKS and PyVRP rows,
+each Full LINC-vs-baseline gap paired by seed and instance with its bootstrap interval and whether
+the ordering is resolved, the budget in the caption (``orchestration.report.main_table``); with
+``--out`` also ``time_to_quality.png``, with ``--peer-curve FILE`` an external model's curve on it
+(``python -m bench.bench_quality``).
 ``--out DIR`` writes the table as ``DIR/TABLE.md``; for
 ``ablation`` also the statistics (``.md``, ``.csv``), ``ablation_chart.png``,
 ``training_curves.png`` and ``pairwise_curves.png`` (``orchestration.report.figures``);
@@ -81,14 +82,23 @@ def best_per_model(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 def budget_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| Variant | Seed | Epochs | Parameters | Wall time (s) |",
-        "|---|---:|---:|---:|---:|",
+        "| Variant | Seed | Epochs | Parameters | Training (s) | Run wall time (s) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
+
+    def shown(value: float | None, form: str) -> str:
+        return format(value, form) if value is not None else "-"
+
     for row in sorted(rows, key=lambda r: (str(r["variant"]), str(r["seed"]))):
-        epochs = f"{row['epochs']:.0f}" if row["epochs"] is not None else "-"
-        params = f"{row['parameters']:,.0f}" if row["parameters"] is not None else "-"
-        seconds = f"{row['seconds']:.0f}" if row["seconds"] is not None else "-"
-        lines.append(f"| {row['variant']} | {row['seed']} | {epochs} | {params} | {seconds} |")
+        cells = (
+            str(row["variant"]),
+            str(row["seed"]),
+            shown(row["epochs"], ".0f"),
+            shown(row["parameters"], ",.0f"),
+            shown(row.get("train_seconds"), ".1f"),
+            shown(row["seconds"], ".0f"),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestration.report.ablation import collect, evaluation_costs, report_files
+from orchestration.report.ablation import collect, evaluation_costs, report_files, run_rows
 from tests.conftest import PNG_MAGIC
 
 INSTANCES = [f"R{i:03d}" for i in range(30)]
@@ -251,3 +251,24 @@ def test_linc_report_refuses_an_output_folder_under_a_file_before_any_work(
     out = tmp_path / "new" / "report"
     assert report_main(["budget", *args, "--out", str(out)]) == 0
     assert (out / "budget_table.md").read_text().startswith("| Variant | Seed |")
+
+
+def test_the_budget_table_shows_the_training_clock_beside_the_runs_wall_time(tmp_path) -> None:
+    # A smoke trial trains 1.2 s of a 5 s run (Ray's start-up, validation and evaluation are
+    # the rest): the budget counts the first, MLflow's start and end times give the second.
+    from sweeps.report import budget_table
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("linc-budget", str(tmp_path / "artifacts"))
+    tags = {"sweep": "s", "variant": "full_linc", "seed": "1"}
+    run_id = client.create_run(experiment, start_time=1_000_000, tags=tags).info.run_id
+    for epoch, seconds in ((1, 0.5), (2, 1.2)):
+        client.log_metric(run_id, "train_seconds", seconds, step=epoch)
+    client.log_metric(run_id, "epoch", 2)
+    client.set_terminated(run_id, end_time=1_005_000)
+    rows = run_rows(client.search_runs([experiment]))
+    assert rows[0]["train_seconds"] == 1.2 and rows[0]["seconds"] == 5.0
+    table = budget_table(rows).splitlines()
+    assert table[0] == "| Variant | Seed | Epochs | Parameters | Training (s) | Run wall time (s) |"
+    assert table[2] == "| full_linc | 1 | 2 | - | 1.2 | 5 |"
