@@ -1,11 +1,17 @@
 """A data set on a file system (a local folder or ``s3://...``): its manifest, its Parquet
-shards (:mod:`linc_core.instances.parquet`), and the whole set read back as one batch."""
+shards (:mod:`linc_core.instances.parquet`), and the whole set read back as one batch.
+
+A folder others can write is read as untrusted: a member is a plain file name, a link in it
+must end inside it, and on a local disk only a regular file is read (a named pipe would block
+the reader forever), opened without following a link swapped in after those checks."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -56,35 +62,77 @@ def _shown(root: str) -> str:
     return root.split("?", 1)[0] if "://" in root else root
 
 
-def _read_file(fs: pafs.FileSystem, path: str) -> pa.Buffer:
-    with fs.open_input_stream(path) as stream:
-        return stream.read_buffer()
+def _local_path(fs: pafs.FileSystem, path: str) -> str | None:
+    """``path`` as the operating system names it when ``fs`` is a local disk, else None."""
+    if isinstance(fs, pafs.SubTreeFileSystem) and isinstance(fs.base_fs, pafs.LocalFileSystem):
+        return os.path.join(fs.base_path, path.lstrip("/"))
+    return path if isinstance(fs, pafs.LocalFileSystem) else None
 
 
-def _member_path(root: str, fs: pafs.FileSystem, path: str, file: str) -> str:
-    """The path of ``file`` in the data set folder ``path``, refusing a name that is not a
-    plain file name and, on a local disk, a link that leads out of the folder."""
+def _open_member(
+    root: str, fs: pafs.FileSystem, path: str, file: str, *, random_access: bool = False
+) -> pa.NativeFile:
+    """Open ``file`` of the data set folder ``path``, refusing a name that is not a plain file
+    name and, on a local disk, a link that leads out of the folder. Links inside it stay
+    allowed: the file they resolve to is opened, and must then be that very file
+    (:func:`_open_local`), so a link swapped in after this check is refused too."""
     source = f"{_shown(root)}/{file}"
     if file != MANIFEST_NAME and not SHARD_PATTERN.fullmatch(file):
         raise DatasetSchemaError(_shown(root), "file", _short(file), _SHARD_NAME_RULE)
-    member = f"{path}/{file}"
-    if isinstance(fs, pafs.SubTreeFileSystem) and isinstance(fs.base_fs, pafs.LocalFileSystem):
-        folder = os.path.join(fs.base_path, path.lstrip("/"))
-    elif isinstance(fs, pafs.LocalFileSystem):
-        folder = path
-    else:
-        return member  # an object store: a key is a name, never a link
-    real_folder = os.path.realpath(folder)
+    folder = _local_path(fs, path)
+    if folder is None:  # an object store: a key is a name, never a link
+        member = f"{path}/{file}"
+        return fs.open_input_file(member) if random_access else fs.open_input_stream(member)
     target = os.path.realpath(os.path.join(folder, file))
-    if os.path.dirname(target) != real_folder and os.path.lexists(os.path.join(folder, file)):
+    if os.path.dirname(target) != os.path.realpath(folder):  # where every link in it ends
         raise DatasetSchemaError(source, "<file>", target, "a link leading out of the data set")
-    return member
+    return _open_local(source, target, follow_links=False)
+
+
+def _open_local(source: str, path: str, *, follow_links: bool) -> pa.NativeFile:
+    """Open a local file that must be a regular one, without ever blocking: a named pipe
+    (FIFO) would block the open, then every read, forever. With ``follow_links`` False, a
+    link at ``path`` (one swapped in since ``path`` was resolved) is refused."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP and not follow_links:
+            raise DatasetSchemaError(
+                source, "<file>", path, "a link swapped in after the folder check"
+            ) from None
+        if err.errno == errno.ENXIO:  # a socket
+            raise DatasetSchemaError(source, "<file>", "a socket", _NOT_A_FILE) from None
+        raise
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a file")
+        raise DatasetSchemaError(source, "<file>", kind, _NOT_A_FILE)
+    return pa.PythonFile(os.fdopen(descriptor, "rb"), mode="r")
+
+
+_NOT_A_FILE = "expected a regular file"
+_FILE_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
 
 
 def read_shard(path: str, filesystem: pafs.FileSystem | None = None) -> Instance:
     """Read one shard file (local path, URI, or path inside ``filesystem``)."""
     fs, resolved = resolve_filesystem(path, filesystem)
-    return read_shard_bytes(_read_file(fs, resolved), _shown(path))[0]
+    local = _local_path(fs, resolved)
+    if local is None:
+        with fs.open_input_stream(resolved) as stream:
+            data = stream.read_buffer()
+    else:
+        with _open_local(_shown(path), local, follow_links=True) as stream:
+            data = stream.read_buffer()
+    return read_shard_bytes(data, _shown(path))[0]
 
 
 @dataclass(frozen=True)
@@ -106,11 +154,12 @@ def read_manifest(root: str, filesystem: pafs.FileSystem | None = None) -> dict 
 def _read_manifest(
     root: str, fs: pafs.FileSystem, path: str
 ) -> tuple[dict, list[ShardEntry]] | None:
-    member = f"{path}/{MANIFEST_NAME}"
-    if fs.get_file_info(member).type != pafs.FileType.File:
+    # Anything there but a file (a FIFO, a folder) is refused as it is opened, not skipped.
+    if fs.get_file_info(f"{path}/{MANIFEST_NAME}").type == pafs.FileType.NotFound:
         return None
     source = f"{_shown(root)}/{MANIFEST_NAME}"
-    data = _read_file(fs, _member_path(root, fs, path, MANIFEST_NAME))
+    with _open_member(root, fs, path, MANIFEST_NAME) as stream:
+        data = stream.read_buffer()
     try:
         # JSON is UTF-8 (RFC 8259); json.loads(bytes) would guess UTF-16/32 from the bytes.
         manifest = json.loads(data.to_pybytes().decode("utf-8"))
@@ -190,7 +239,7 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
         return found[1]
     entries = []
     for file in list_shards(path, fs):
-        with fs.open_input_file(_member_path(root, fs, path, file)) as handle:
+        with _open_member(root, fs, path, file, random_access=True) as handle:
             entries.append(ShardEntry(file, pq.ParquetFile(handle).metadata.num_rows, None))
     if not entries:
         raise FileNotFoundError(f"{_shown(root)}: no manifest.json and no shard-*.parquet files")
@@ -200,7 +249,8 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
 def load_shard(root: str, fs: pafs.FileSystem, path: str, entry: ShardEntry) -> Instance:
     """Read one shard, checking its sha256 (when known) and row count."""
     source = f"{_shown(root)}/{entry.file}"
-    data = _read_file(fs, _member_path(root, fs, path, entry.file))
+    with _open_member(root, fs, path, entry.file) as stream:
+        data = stream.read_buffer()
     if entry.sha256 is not None and sha256_hex(data) != entry.sha256:
         raise DatasetSchemaError(source, "sha256", sha256_hex(data), "differs from the manifest")
     instance = read_shard_bytes(data, source)[0]

@@ -35,7 +35,9 @@ from those defaults, so the round trip is always exact (bit-identical float32 te
 Parquet key-value metadata (all strings): ``linc.schema_version``, ``linc.problem``,
 ``linc.num_nodes``, plus any extra keys a writer adds (the generator adds the shard's seed,
 split and index). Readers refuse a shard whose version or problem is not what they expect,
-naming the file, the field and the value (:class:`DatasetSchemaError`).
+naming the file, the field and the value (:class:`DatasetSchemaError`), and, before anything
+is decompressed, one whose pages claim more than its rows and ``linc.num_nodes`` hold
+(:mod:`linc_core.instances.parquet_pages`: a few kilobytes can otherwise decode to gigabytes).
 
 Writing is deterministic: fixed compression (zstd level 3), one row group per shard, no
 dictionary encoding, no statistics and no timestamps, so the same instances always give
@@ -60,6 +62,7 @@ import torch
 
 from linc_core.instances import Instance, InstanceError
 from linc_core.instances.batch import extra_field_shape
+from linc_core.instances.parquet_pages import check_decoded_size
 from linc_core.instances.validation import validate_instance
 from linc_core.problems.spec import problem_names, problem_spec
 
@@ -291,12 +294,24 @@ def read_shard_bytes(data: bytes | pa.Buffer, source: str) -> tuple[Instance, di
         ``(instance, metadata)`` with the ``linc.*`` metadata, prefix stripped.
 
     Raises:
-        DatasetSchemaError: unreadable (truncated or corrupted) file or schema mismatch.
+        DatasetSchemaError: unreadable (truncated or corrupted) file, schema mismatch, or pages
+            claiming more than a shard of their rows and ``linc.num_nodes`` holds.
     """
     try:
         reader = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         metadata = shard_metadata(reader.schema_arrow, source)
-        table = reader.read(use_threads=False)
+        # Only the schema's columns are read, each bounded first (parquet_pages: a small file
+        # can claim gigabytes); a missing one is named by table_to_instance.
+        num_nodes = _parse_num_nodes(metadata, source)
+        widths = {"name": 0} | {n: w for n, (_, w) in _layout(metadata["problem"]).items()}
+        row_values = {
+            n: w * num_nodes or 1 for n, w in widths.items() if n in reader.schema_arrow.names
+        }
+        try:
+            check_decoded_size(reader.metadata, data, row_values, num_nodes, source)
+        except InstanceError as err:
+            raise DatasetSchemaError(err.source, err.field, err.value, err.problem) from None
+        table = reader.read(list(row_values), use_threads=False)
     except (OSError, pa.ArrowException) as err:
         raise DatasetSchemaError(source, "<file>", None, f"unreadable Parquet: {err}") from err
     instance = table_to_instance(table, source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -14,6 +15,7 @@ from linc_core.instances import Instance
 from linc_core.instances.datasets import (
     MANIFEST_NAME,
     ShardEntry,
+    _open_local,  # the open every local read goes through
     list_shards,
     load_dataset,
     load_shard,
@@ -30,6 +32,7 @@ from linc_core.instances.parquet import (
     sha256_hex,
 )
 from linc_core.problems import generate_cvrp
+from tests.conftest import fresh_python
 
 SHARD = shard_name(0)
 
@@ -245,3 +248,86 @@ def test_a_good_manifest_still_loads(tmp_path: Path) -> None:
     assert read_manifest(str(root))["counts"] == {"shards": 1}
     os.remove(root / MANIFEST_NAME)  # the folder listing, no manifest
     assert load_dataset(str(root)).batch_size == 4
+
+
+def test_a_fifo_in_a_data_set_is_refused_at_once(tmp_path: Path) -> None:
+    # A named pipe blocks whoever opens it for reading until a writer comes: each read runs in
+    # a process of its own with a deadline, so a regression fails here instead of hanging.
+    sets = {name: tmp_path / name for name in ("listed", "manifest", "linked", "plain", "fifo")}
+    entry = write_shard(sets["listed"])
+    write_manifest(sets["listed"], [entry | {"file": shard_name(1)}])
+    os.mkfifo(sets["listed"] / shard_name(1))
+    write_shard(sets["manifest"])
+    os.mkfifo(sets["manifest"] / MANIFEST_NAME)
+    sets["linked"].mkdir()
+    os.mkfifo(sets["linked"] / ".pipe")
+    (sets["linked"] / SHARD).symlink_to(".pipe")  # a link inside the folder, to a FIFO
+    sets["plain"].mkdir()
+    os.mkfifo(sets["plain"] / SHARD)  # no manifest: the listing reads each shard's footer
+    os.mkfifo(sets["fifo"])  # read_shard given a FIFO itself
+    out = fresh_python(
+        "import time\n"
+        "from linc_core.instances.datasets import load_dataset, read_manifest, read_shard\n"
+        f"for read, root in [(load_dataset, {str(sets['listed'])!r}),\n"
+        f"                   (read_manifest, {str(sets['manifest'])!r}),\n"
+        f"                   (load_dataset, {str(sets['manifest'])!r}),\n"
+        f"                   (load_dataset, {str(sets['linked'])!r}),\n"
+        f"                   (load_dataset, {str(sets['plain'])!r}),\n"
+        f"                   (read_shard, {str(sets['fifo'])!r})]:\n"
+        "    start = time.monotonic()\n"
+        "    try:\n"
+        "        read(root)\n"
+        "    except ValueError as err:\n"
+        "        print(f'{time.monotonic() - start:.3f}', type(err).__name__, err)\n",
+        timeout=30,
+    )
+    lines = out.splitlines()
+    named = [
+        sets["listed"] / shard_name(1),
+        sets["manifest"] / MANIFEST_NAME,
+        sets["manifest"] / MANIFEST_NAME,
+        sets["linked"] / SHARD,
+        sets["plain"] / SHARD,
+        sets["fifo"],
+    ]
+    assert len(lines) == len(named), out
+    for path, line in zip(named, lines, strict=True):
+        seconds, rest = line.split(" ", 1)
+        assert float(seconds) < 1.0, line
+        assert rest == (
+            f"DatasetSchemaError {path}: field '<file>' = 'a named pipe (FIFO)': "
+            "expected a regular file"
+        )
+
+
+@pytest.mark.parametrize("kind", ["folder", "socket"])
+def test_a_folder_or_socket_named_like_a_shard_is_refused(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "set"
+    entry = write_shard(root)
+    write_manifest(root, [entry, entry | {"file": shard_name(1)}])
+    if kind == "folder":
+        (root / shard_name(1)).mkdir()
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(root / shard_name(1)))
+    with pytest.raises(DatasetSchemaError) as err:
+        load_dataset(str(root))
+    assert_one_line(err, f"{root}/{shard_name(1)}", "<file>")
+    assert err.value.value == f"a {kind}"
+    if kind == "socket":
+        sock.close()
+
+
+def test_a_link_swapped_in_after_the_folder_check_is_refused(tmp_path: Path) -> None:
+    # The folder check resolves a member's links, then opens the file they lead to; were that
+    # file replaced by a link in between (to a secret outside), the open must refuse it.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    swapped = tmp_path / "set" / SHARD
+    swapped.parent.mkdir()
+    swapped.symlink_to(secret)
+    with pytest.raises(DatasetSchemaError) as err:
+        _open_local("set/shard-00000.parquet", str(swapped), follow_links=False)
+    assert "a link swapped in" in str(err.value) and "hunter2" not in str(err.value)
+    with _open_local("a shard", str(swapped), follow_links=True) as stream:  # read_shard
+        assert stream.read_buffer().to_pybytes() == b"hunter2"

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -234,29 +235,167 @@ def test_a_bad_num_nodes_claim_is_refused_before_any_allocation(claim: bytes) ->
 
 
 def test_a_num_nodes_claim_is_checked_against_the_columns_first() -> None:
-    # A 2 KB shard claiming 20 million nodes: refused by the list lengths, and the reader's
-    # peak memory stays that of a small shard (it used to allocate ~2 GB of defaults first).
+    # A claim the file's size allows is checked against the columns actually read, before
+    # anything sized by it is allocated.
+    data = with_metadata(instance_to_table(sample("cvrp")), b"linc.num_nodes", b"25")
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard_bytes(data, "claim.parquet")
+    assert str(err.value).startswith("claim.parquet: field 'locs[0]' = 'length 42'")
+    assert "linc.num_nodes=25" in str(err.value)
+
+
+# A fresh process's peak memory so far: VmHWM, as the rusage peak of a child starts at the
+# parent's at its fork (a test process that built big files would hide every growth).
+PEAK_KIB = (
+    "def peak_kib():\n"
+    "    status = open('/proc/self/status').read()\n"
+    "    return int(status.split('VmHWM:')[1].split()[0])\n"
+)
+
+
+def test_an_inflated_num_nodes_claim_is_refused_before_reading() -> None:
+    # A 3 KB shard claiming 20 million nodes: refused from its footer, and the reader's peak
+    # memory stays that of a small shard (it used to allocate ~2 GB of defaults first).
     out = fresh_python(
-        "import resource\n"
         "from linc_core.instances.parquet import instance_to_table, parquet_bytes, "
         "read_shard_bytes\n"
         "from linc_core.problems import generate_cvrp\n"
+        f"{PEAK_KIB}"
         "table = instance_to_table(generate_cvrp(6, 20, 3))\n"
         "meta = table.schema.metadata | {b'linc.num_nodes': b'20000000'}\n"
         "data = parquet_bytes(table.replace_schema_metadata(meta))\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "before = peak_kib()\n"
         "try:\n"
         "    read_shard_bytes(data, 'claim.parquet')\n"
         "except ValueError as err:\n"
         "    print(type(err).__name__, err)\n"
-        "print('grew_mib', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+        "print('grew_mib', (peak_kib() - before) // 1024)\n"
     )
     assert int(out.split("grew_mib")[1]) < 200, out
-    assert "DatasetSchemaError claim.parquet: field 'locs[0]' = 'length 42'" in out
-    assert "linc.num_nodes=20000000" in out
+    assert "claim.parquet: field 'num_rows x linc.num_nodes' = '6 x 20000000'" in out
+    assert "compression bomb" in out
 
 
 def test_non_utf8_metadata_is_refused() -> None:
     data = with_metadata(instance_to_table(sample("cvrp")), b"linc.\xff", b"1")
     with pytest.raises(DatasetSchemaError, match="<metadata>.*not UTF-8"):
         read_shard_bytes(data, "meta.parquet")
+
+
+def zigzag_varint(value: int, width: int | None = None) -> bytes:
+    """``value`` as a Thrift compact integer, padded to ``width`` bytes (still valid Thrift)."""
+    rest, out = (value << 1) ^ (value >> 63), bytearray()
+    while rest >= 0x80 or (width is not None and len(out) + 1 < width):
+        out.append((rest & 0x7F) | 0x80)
+        rest >>= 7
+    return bytes([*out, rest])
+
+
+def understate_footer(data: bytes) -> bytes:
+    """``data`` whose footer claims 1 uncompressed byte where it said megabytes (the bomb's
+    chunk and its row group): what a bomb's author would write, as the footer is the file's
+    word only."""
+    metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    sizes = {metadata.row_group(0).total_byte_size}
+    sizes |= {metadata.row_group(0).column(j).total_uncompressed_size for j in range(5)}
+    sizes = {size for size in sizes if size > 2**20}
+    assert len(sizes) == 2
+    footer_length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - footer_length : -8]
+    for size in sizes:
+        claim = zigzag_varint(size)
+        assert footer.count(claim) == 1, size
+        footer = footer.replace(claim, zigzag_varint(1, len(claim)))
+    return data[: -8 - footer_length] + footer + data[-8:]
+
+
+def bomb(column: str) -> bytes:
+    """A cvrp shard of 6 rows whose ``column`` holds 64 MiB in row 0, zstd-compressed to a few
+    kilobytes."""
+    table = instance_to_table(sample("cvrp"))
+    if column == "name":
+        values = pa.array(["x" * 2**26] + ["i"] * 5, pa.string())
+    else:
+        lengths = [2**24] + [42] * 5
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        values = pa.ListArray.from_arrays(offsets, pa.array(np.zeros(sum(lengths), np.float32)))
+    bomb_table = table.set_column(table.column_names.index(column), column, values)
+    return parquet_bytes(bomb_table).to_pybytes()
+
+
+def test_a_compression_bomb_is_refused_before_it_is_decompressed(tmp_path: Path) -> None:
+    files = []
+    for column in ("name", "locs"):
+        data = bomb(column)
+        assert len(data) < 50_000
+        for lying in (False, True):
+            files.append(tmp_path / f"{column}{'-lying' if lying else ''}.parquet")
+            files[-1].write_bytes(understate_footer(data) if lying else data)
+    # Read in a process of its own, so its peak memory is the reads' alone (unbounded, the
+    # four reads took 465 MiB: each 64 MiB value decoded and copied).
+    out = fresh_python(
+        "from linc_core.instances.datasets import read_shard\n"
+        f"{PEAK_KIB}"
+        "before = peak_kib()\n"
+        f"for path in {[str(f) for f in files]!r}:\n"
+        "    try:\n"
+        "        read_shard(path)\n"
+        "    except ValueError as err:\n"
+        "        print(type(err).__name__, err)\n"
+        "print('grew_mib', (peak_kib() - before) // 1024)\n"
+    )
+    assert int(out.split("grew_mib")[1]) < 40, out
+    lines = out.splitlines()[:-1]
+    assert len(lines) == 4, out
+    for path, line in zip(files, lines, strict=True):
+        column = path.stem.split("-")[0]
+        assert line.startswith(f"DatasetSchemaError {path}: field '{column}' = '"), line
+        assert "bytes uncompressed': 6 rows of 21 nodes hold at most" in line, line
+
+
+def test_a_dictionary_encoded_shard_is_refused(tmp_path: Path) -> None:
+    # A dictionary lets a page of a few names decode to every row repeating the longest one.
+    table = instance_to_table(dataclasses.replace(sample("cvrp"), names=("n",) * 6))
+    path = tmp_path / "dictionary.parquet"
+    pq.write_table(table, path, use_dictionary=["name"])
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard(str(path))
+    assert str(err.value).startswith(f"{path}: field 'name' = 'a dictionary page': ")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"\xff" * 16,  # an integer that never ends
+        b"\x00",  # a header without sizes
+        b"\x1c" * 64,  # structs nested deeper than any page header
+        b"\x19\xff\xff\xff\xff\x0f",  # a list of 4 billion elements, past the file's end
+        b"\x15\x00\x15\x02\x15\xfe\xff\xff\xff\x0f\x00",  # a page body past the file's end
+        b"\x1c\x00\x15\x02\x15\x02\x00",  # a page type that is a struct, not a number
+        b"\x18\x80\x80\x80\x01",  # a 2 MiB string in a header: past the header bound
+    ],
+)
+def test_a_garbled_page_header_is_one_error(header: bytes) -> None:
+    data = bytearray(parquet_bytes(instance_to_table(sample("cvrp"))).to_pybytes())
+    start = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata.row_group(0).column(1)
+    offset = start.data_page_offset  # locs: its first page header
+    data[offset : offset + len(header)] = header
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard_bytes(bytes(data), "garbled.parquet")
+    message = str(err.value)
+    assert message.startswith("garbled.parquet: field '<file>' = None: unreadable Parquet: ")
+    assert "\n" not in message
+
+
+def test_more_values_than_the_rows_hold_are_refused_before_reading() -> None:
+    # 1,000 extra values in row 0 of locs: few bytes, but more values than 6 rows of 21 nodes.
+    table = instance_to_table(sample("cvrp"))
+    lengths = [42 + 1000] + [42] * 5
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    locs = pa.ListArray.from_arrays(offsets, pa.array(np.zeros(sum(lengths), np.float32)))
+    data = parquet_bytes(table.set_column(1, "locs", locs))
+    with pytest.raises(DatasetSchemaError) as err:
+        read_shard_bytes(data, "long.parquet")
+    assert str(err.value) == (
+        "long.parquet: field 'locs' = '1252 values': 6 rows of 21 nodes hold 252"
+    )
