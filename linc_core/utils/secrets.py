@@ -16,8 +16,10 @@ What is masked, as ``***``:
 * any secret this process has learnt, wherever it appears in text: the passwords and
   credential values :func:`redact` met before (so that a library echoing a connection string
   in its own words is masked too), and the values of credential environment variables
-  (``AWS_SECRET_ACCESS_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``PGPASSWORD``...) and the URI
-  passwords in the environment (``MLFLOW_TRACKING_URI``). A learnt secret shorter than
+  (``AWS_SECRET_ACCESS_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``PGPASSWORD``, and any whose name
+  ends in ``_KEY``, ``_TOKEN``, ``_SECRET``, ``_PASSWORD`` or ``_PASSPHRASE``, such as
+  ``LINC_STATE_KEY``), learnt afresh by every call in every process, and the URI passwords in
+  the environment (``MLFLOW_TRACKING_URI``). A learnt secret shorter than
   :data:`MIN_SECRET_LENGTH` characters is not searched for in free text (it would mask unrelated
   words); one shorter than :data:`ANYWHERE_LENGTH` only as a whole word.
 
@@ -45,6 +47,10 @@ CREDENTIAL_PATTERN = re.compile(
     r"|private_?key|signature|(?<![a-z0-9])(?:sig|pwd)(?![a-z0-9])",
     re.IGNORECASE,
 )
+# An environment variable named so holds a secret even where CREDENTIAL_PATTERN misses the name
+# (LINC_STATE_KEY, SOME_SERVICE_KEY); only the environment's names: in a setting, ``sort_key`` or
+# ``metric_key`` names no secret. An id (AWS_ACCESS_KEY_ID) does not end so.
+SECRET_VARIABLE_END = re.compile(r"_(?:KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE)$", re.IGNORECASE)
 MIN_SECRET_LENGTH = 8
 ANYWHERE_LENGTH = 12
 
@@ -77,6 +83,7 @@ _AUTH_SCHEME = re.compile(
     r"(?P<secret>[A-Za-z0-9._~+/=\-]+)",
     re.IGNORECASE,
 )
+_HEX = re.compile(r"[0-9A-Fa-f]+")
 _NOT_SECRETS = frozenset({"true", "false", "none", "null", MASK})
 _NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})  # the shell's folders, not a password
 
@@ -88,6 +95,13 @@ _pattern_cache: dict[frozenset[str], re.Pattern[str] | None] = {}
 def looks_like_credential(name: str) -> bool:
     """True when ``name`` (a key, a dotted key, a variable's name) names a secret."""
     return CREDENTIAL_PATTERN.search(name) is not None
+
+
+def is_secret_variable(name: str) -> bool:
+    """True when the environment variable ``name`` holds a secret (its value is masked)."""
+    if name in _NOT_SECRET_VARIABLES:
+        return False
+    return looks_like_credential(name) or SECRET_VARIABLE_END.search(name) is not None
 
 
 def redact(value: Any) -> Any:
@@ -137,6 +151,8 @@ def _learn(secret: str) -> None:
     plain = re.sub(r"\\(.)", r"\1", secret)  # as written in a repr or JSON: its quotes escaped
     forms = {secret, plain, plain.replace("'", "\\'"), plain.replace('"', '\\"')}
     forms |= {unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")}
+    if _HEX.fullmatch(secret):  # a key as hex reads the same in either case
+        forms |= {secret.lower(), secret.upper()}
     with _lock:
         _learnt.update(f for f in forms if len(f) >= MIN_SECRET_LENGTH)
 
@@ -218,7 +234,7 @@ def _learn_environment() -> None:
     for name, value in list(os.environ.items()):
         if not value:
             continue
-        if looks_like_credential(name) and name not in _NOT_SECRET_VARIABLES:
+        if is_secret_variable(name):
             _learn(value)
         elif "://" in value and "@" in value:
             for start, end in _uri_passwords(value):
@@ -308,7 +324,9 @@ __all__ = [
     "CREDENTIAL_PATTERN",
     "MASK",
     "MIN_SECRET_LENGTH",
+    "SECRET_VARIABLE_END",
     "RedactSecrets",
+    "is_secret_variable",
     "learn_secrets",
     "looks_like_credential",
     "redact",

@@ -12,8 +12,12 @@ The key (:func:`state_key`) is ``$LINC_STATE_KEY`` when set (hex of at least 16 
 text of at least 16 characters), else the per-user key file ``~/.config/linc/state.key``: 32
 random bytes as hex, made ``0600`` on first use (atomically: two processes starting at once
 share one key). A key file others can read or write, or another user's, is refused in one
-line. The key is never written to storage nor logged: it is learnt as a secret
-(:func:`~linc_core.utils.secrets.learn_secrets`), so any print of it is masked. A sweep moved to
+line. The key is never written to storage nor logged: ``$LINC_STATE_KEY`` is masked by
+:func:`~linc_core.utils.secrets.redact` in every process, also one that never calls
+:func:`state_key` (a trial: its name ends in ``_KEY``), and the key read here, the file's text
+and its hex, is learnt as a secret (:func:`~linc_core.utils.secrets.learn_secrets`), so any
+print of it is masked. Only the driver reads the key (it seals and checks the state): workers
+need not have it. A sweep moved to
 another host is resumed there with ``LINC_STATE_KEY`` set to the key (the file's text) of the
 host that wrote it.
 """

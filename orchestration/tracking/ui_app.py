@@ -31,6 +31,14 @@ landing page. The landing page asks for a login like every other route.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from linc_core.utils.secrets import redact
+from linc_core.utils.typed import ConfigError
+
 WORKFLOW_STORAGE_KEY = "mlflow.workflowType_v1"
 MODEL_TRAINING = "machine_learning"
 # Runs before MLflow's bundle reads the toggle; a browser without local storage is left alone.
@@ -106,8 +114,6 @@ def landing_page(html: str) -> str:
 
 def _flask_app_with_landing():
     """MLflow's Flask app, its landing view serving :func:`landing_page`."""
-    from pathlib import Path
-
     from flask import Response
     from mlflow.server import app
 
@@ -143,26 +149,99 @@ def create_auth_app():
     ``mlflow.server.auth``) over :func:`_flask_app_with_landing`.
 
     ``mlflow server`` prepares the user store once before its workers start only for the app
-    named ``basic-auth``; here every worker does it, one at a time (a lock file per user store),
-    so that concurrent workers do not create the same tables or admin together.
+    named ``basic-auth``; here every worker does it, one at a time (a lock file per user store,
+    :func:`auth_store_lock`), so that concurrent workers do not create the same tables or admin
+    together. A lock that is not safely ours stops the worker in one line.
     """
     import fcntl
-    import hashlib
-    import os
-    import tempfile
 
     from mlflow.server.auth import auth_config
     from mlflow.server.auth import create_app as create_basic_auth_app
 
     app = _flask_app_with_landing()
-    store_key = hashlib.sha256(auth_config.database_uri.encode()).hexdigest()[:16]
-    lock = os.open(
-        os.path.join(tempfile.gettempdir(), f"linc-auth-{store_key}.lock"),
-        os.O_RDONLY | os.O_CREAT,
-        0o600,
-    )
+    try:
+        lock = auth_store_lock(auth_config.database_uri)
+    except ConfigError as err:
+        raise SystemExit(f"linc-auth: {err}") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return create_basic_auth_app(app)
     finally:
         os.close(lock)
+
+
+def auth_lock_folder() -> Path:
+    """Where the user store's lock lives: a folder only this user can write. The folder of the
+    auth config (``MLFLOW_AUTH_CONFIG_PATH``, which holds the store's password and so is private
+    where linc's server writes it), else ``$XDG_RUNTIME_DIR/linc``, else ``~/.cache/linc``
+    (made ``0700``). Never a shared folder such as ``/tmp``: there anyone could make the lock
+    first and hold it, and linc-auth would never start.
+
+    Raises:
+        ConfigError: the folder cannot be made, or is a link, another user's or writable by
+            others.
+    """
+    config = os.environ.get("MLFLOW_AUTH_CONFIG_PATH")
+    if config and _is_private(folder := Path(config).absolute().parent):
+        return folder
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = (Path(runtime) if runtime else Path.home() / ".cache") / "linc"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"{folder}: cannot make the folder of the user store's lock ({err.strerror}); set "
+            "XDG_RUNTIME_DIR to a folder of yours"
+        ) from None
+    if not _is_private(folder):
+        raise ConfigError(
+            f"{folder}: the folder of the user store's lock is a link, another user's or "
+            "writable by others; remove it (a private one is made) or set XDG_RUNTIME_DIR"
+        )
+    return folder
+
+
+def auth_lock_path(database_uri: str) -> Path:
+    """The lock file of the user store at ``database_uri``: named from the URI with its
+    password masked (:func:`~linc_core.utils.secrets.redact`), so neither the name nor its hash
+    reveals the password, in :func:`auth_lock_folder`."""
+    store_key = hashlib.sha256(redact(database_uri).encode()).hexdigest()[:16]
+    return auth_lock_folder() / f"linc-auth-{store_key}.lock"
+
+
+def auth_store_lock(database_uri: str) -> int:
+    """An open descriptor of :func:`auth_lock_path` (made ``0600`` if absent), for ``flock``.
+
+    Raises:
+        ConfigError: the lock file is a link, not a file, or another user's.
+    """
+    path = auth_lock_path(database_uri)
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        descriptor = os.open(path, flags, 0o600)
+    except OSError as err:  # ELOOP: a symbolic link put in its place
+        raise ConfigError(
+            f"{path}: cannot open the lock of linc-auth's user store ({err.strerror}); remove "
+            "it (it is made again)"
+        ) from None
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(descriptor)
+        raise ConfigError(
+            f"{path}: the lock of linc-auth's user store is not a file of user id "
+            f"{os.getuid()} (owner {info.st_uid}); remove it (it is made again)"
+        )
+    return descriptor
+
+
+def _is_private(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder (no link) of this user that nobody else can write."""
+    try:
+        info = folder.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )

@@ -135,6 +135,9 @@ def test_cluster_launcher_config_passes_rays_own_validation():
     # The secrets come from Secrets Manager at start, sourced for every launcher command.
     setup = " ".join(config["head_setup_commands"] + config["worker_setup_commands"])
     assert "secretsmanager" in setup and "~/.bashrc" in setup
+    # The sweep-state key on the head alone, where a sweep's driver runs: no worker reads it.
+    assert "linc/sweep-state-key" in " ".join(config["head_setup_commands"])
+    assert "LINC_STATE_KEY" not in " ".join(config["worker_setup_commands"])
 
     # The validation has teeth: a misspelt field and an inconsistent worker count are rejected.
     import jsonschema
@@ -242,3 +245,23 @@ def test_no_secret_is_written_in_infra():
         for entry in container.get("env", []):
             if SECRET_NAME.search(entry["name"]) or entry["name"].endswith("STORE_URI"):
                 assert "secretKeyRef" in entry["valueFrom"], entry["name"]
+
+
+def test_only_the_head_where_the_driver_runs_gets_the_sweep_state_key():
+    """The key sealing Tune's state is read by the sweep's driver alone (it runs on the head: a
+    job's entry point and the Tune callbacks that seal): a worker Pod, which runs trials whose
+    code is anyone's, has no copy of it (issue: every worker Pod had it)."""
+    for cluster in (
+        _manifest(RAYCLUSTER_YAML, "RayCluster")["spec"],
+        _manifest(RAYJOB_YAML, "RayJob")["spec"]["rayClusterSpec"],
+    ):
+        (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+        head_env = {e["name"]: e for e in head["env"]}
+        assert "secretKeyRef" in head_env["LINC_STATE_KEY"]["valueFrom"]
+        for group in cluster["workerGroupSpecs"]:
+            for container in group["template"]["spec"]["containers"]:
+                worker_env = {e["name"]: e for e in container["env"]}
+                assert "LINC_STATE_KEY" not in worker_env, group["groupName"]
+                assert "LINC_STATE_KEY" not in str(container), group["groupName"]
+                # all else the head has, the trials need too
+                assert worker_env == {k: v for k, v in head_env.items() if k != "LINC_STATE_KEY"}

@@ -16,7 +16,15 @@ import pytest
 import yaml
 
 from linc_core.utils import secrets
-from linc_core.utils.secrets import MASK, RedactSecrets, learn_secrets, redact, redact_logging
+from linc_core.utils.secrets import (
+    MASK,
+    RedactSecrets,
+    is_secret_variable,
+    learn_secrets,
+    redact,
+    redact_logging,
+)
+from tests.conftest import fresh_python
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +103,63 @@ def test_credential_environment_variables_and_uri_passwords_are_learnt(monkeypat
     monkeypatch.setenv("DATABASE_URL", "postgresql://u:env-db-pass-9@h/d")
     text = "signature for wJalrXUtnFEMI/K7MDENG failed; env-db-pass-9 refused"
     assert redact(text) == "signature for *** failed; *** refused"
+
+
+STATE_KEY = "9f2c41d07be35a68c1e0f4d2a7b6935e"  # a LINC_STATE_KEY of this test
+
+
+def test_the_state_key_of_the_environment_is_masked_in_a_fresh_process(monkeypatch) -> None:
+    """A trial process never reads the sweep-state key, yet its environment holds it: every
+    process masks it from its first print (issue: an override ${oc.env:LINC_STATE_KEY} of
+    tracking.experiment printed it in clear), also percent-encoded, in a repr, in a log line."""
+    monkeypatch.setenv("LINC_STATE_KEY", STATE_KEY)
+    out = fresh_python(
+        "import json, logging, sys\n"
+        "from urllib.parse import quote\n"
+        "from linc_core.utils.secrets import redact, redact_logging\n"
+        f"key = {STATE_KEY!r}\n"
+        "print(redact(f'tracking.experiment={key}'))\n"
+        "print(redact({'tracking': {'experiment': key, 'tags': [quote(key), key.upper()]}}))\n"
+        "print(redact(json.dumps({'experiment': 'x' + key + 'y'})))\n"
+        "logging.basicConfig(stream=sys.stdout)\n"
+        "redact_logging()\n"
+        "logging.getLogger('trial').warning('experiment %s', key)\n"
+    )
+    assert STATE_KEY not in out and STATE_KEY.upper() not in out, out
+    assert out.count(MASK) == 6 and "WARNING:trial:experiment ***" in out, out
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("LINC_STATE_KEY", True),
+        ("OPENAI_API_KEY", True),
+        ("RAY_AUTH_TOKEN", True),
+        ("MLFLOW_FLASK_SERVER_SECRET", True),
+        ("MLFLOW_AUTH_ADMIN_PASSWORD", True),
+        ("GPG_PASSPHRASE", True),
+        ("linc_state_key", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_ACCESS_KEY_ID", True),  # as before: CREDENTIAL_PATTERN names it (key_id)
+        ("PWD", False),  # the shell's folder
+        ("LINC_KEY_FILE", False),  # a path, not a key
+        ("MONKEY", False),
+        ("HOTKEY", False),
+        ("LINC_DATA_DIR", False),
+        ("KEYBOARD_LAYOUT", False),
+    ],
+)
+def test_environment_variables_named_like_a_secret_are_secrets(name: str, secret: bool) -> None:
+    assert is_secret_variable(name) is secret
+
+
+def test_a_variable_ending_in_key_is_masked_but_a_settings_key_is_not(monkeypatch) -> None:
+    monkeypatch.setenv("SOME_SERVICE_KEY", "svc-key-0123456789")
+    monkeypatch.setenv("LINC_KEY_FILE", "/home/me/keys/linc-state.key")
+    assert redact("using svc-key-0123456789 now") == "using *** now"
+    assert redact("reading /home/me/keys/linc-state.key") == "reading /home/me/keys/linc-state.key"
+    # in a mapping only CREDENTIAL_PATTERN's names hide a value: a setting's sort_key is shown
+    assert redact({"sort_key": "eval_cost"}) == {"sort_key": "eval_cost"}
 
 
 def test_mappings_mask_credential_keys_and_every_value_nested() -> None:

@@ -5,14 +5,22 @@ model's page with its usage. ``LINC_UI_SHOTS=FOLDER`` saves a screenshot of each
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
+import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from faults.servers import MlflowServer
+from linc_core.utils.typed import ConfigError
 from orchestration.tracking.registry import usage
 from orchestration.tracking.store import PARENT_RUN_TAG, ensure_experiment, save_sweep_view
 from orchestration.tracking.ui_app import (
@@ -20,6 +28,9 @@ from orchestration.tracking.ui_app import (
     FIRST_VIEW_SCRIPT,
     MODEL_TRAINING,
     WORKFLOW_STORAGE_KEY,
+    auth_lock_folder,
+    auth_lock_path,
+    auth_store_lock,
     landing_page,
 )
 
@@ -222,3 +233,159 @@ def test_the_model_version_page_says_how_to_load_the_model(linc_ui, chromium):
         _shot(page, "4-model-version")
     finally:
         context.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# linc-auth's lock of its user store (issue: /tmp/linc-auth-<sha256 of the URI>.lock: the name
+# was a hash of the database password that anyone could check against a dictionary, and anyone
+# could make that file first and hold it, so that linc-auth never started)
+
+AUTH_PASSWORD = "Tr0ub4dor&3-auth"
+
+
+@pytest.fixture
+def lock_home(tmp_path, monkeypatch) -> Path:
+    """A runtime folder of this test's own; no auth config named."""
+    monkeypatch.delenv("MLFLOW_AUTH_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    return tmp_path / "run"
+
+
+def _uri_variants(password: str) -> list[str]:
+    return [
+        f"postgresql://mlflow:{password}@db:5432/mlflow_auth",
+        f"postgresql+psycopg2://mlflow:{quote(password, safe='')}@db:5432/mlflow_auth",
+        f"postgresql://mlflow:{password}@db/mlflow_auth?sslmode=require",
+    ]
+
+
+def test_the_lock_of_the_user_store_reveals_no_hash_of_its_password(lock_home) -> None:
+    for password in (AUTH_PASSWORD, "p@ss/w'rd with space", "%41bc:def@@"):
+        for uri in _uri_variants(password):
+            path = auth_lock_path(uri)
+            name = str(path)
+            assert password not in name and quote(password, safe="") not in name
+            for secret in (uri, password, quote(password, safe="")):
+                digest = hashlib.sha256(secret.encode()).hexdigest()
+                for width in (8, 12, 16, 64):
+                    assert digest[:width] not in name, (uri, width)
+            # private: not the shared temporary folder, a folder only this user can enter
+            assert path.parent == lock_home / "linc"
+            assert path.parent != Path(tempfile.gettempdir())
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    # one lock per store, whatever its password: the password does not make another store
+    first, second = _uri_variants(AUTH_PASSWORD)[0], _uri_variants("other-pass-1")[0]
+    assert auth_lock_path(first) == auth_lock_path(second)
+    assert auth_lock_path(first) != auth_lock_path(first.replace("mlflow_auth", "users"))
+
+
+def test_the_lock_serialises_the_workers_of_one_store(lock_home) -> None:
+    uri = _uri_variants(AUTH_PASSWORD)[0]
+    first, second = auth_store_lock(uri), auth_store_lock(uri)
+    try:
+        path = auth_lock_path(uri)
+        info = path.lstat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+        fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(BlockingIOError):  # the other worker waits
+            fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(first)
+        os.close(second)
+
+
+def _refused(uri: str, path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        os.close(auth_store_lock(uri))
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"{path}: ") and AUTH_PASSWORD not in line
+    return line
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_lock_another_user_made_first_is_refused(lock_home) -> None:
+    uri = _uri_variants(AUTH_PASSWORD)[0]
+    path = auth_lock_path(uri)
+    path.touch(mode=0o600)
+    os.chown(path, 65534, 65534)
+    assert "not a file of user id 0 (owner 65534)" in _refused(uri, path)
+
+
+def test_a_link_or_a_fifo_in_place_of_the_lock_is_refused(lock_home, tmp_path) -> None:
+    uri = _uri_variants(AUTH_PASSWORD)[0]
+    path = auth_lock_path(uri)
+    target = tmp_path / "elsewhere"
+    path.symlink_to(target)  # a dangling link: O_CREAT would have made the target
+    _refused(uri, path)
+    assert not target.exists()
+    target.write_text("keep")
+    _refused(uri, path)  # a link to an existing file
+    assert target.read_text() == "keep"
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    assert "is not a file" in _refused(uri, path)
+
+
+def test_a_lock_folder_that_is_not_private_is_refused(lock_home, tmp_path) -> None:
+    folder = lock_home / "linc"
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    folder.symlink_to(shared)  # a link to a folder others can write
+    with pytest.raises(ConfigError, match=r"linc: the folder of the user store's lock is a link"):
+        auth_lock_folder()
+    folder.unlink()
+    folder.mkdir()
+    folder.chmod(0o777)
+    with pytest.raises(ConfigError, match="writable by others"):
+        auth_lock_folder()
+    if os.getuid() == 0:
+        folder.chmod(0o700)
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(ConfigError, match="another user's"):
+            auth_lock_folder()
+
+
+def test_the_lock_lives_beside_a_private_auth_config(lock_home, tmp_path, monkeypatch) -> None:
+    """linc's server writes the auth config (the store's password in it) into a private folder
+    of its own: the lock goes there; a config in a folder others can write is not followed."""
+    private = tmp_path / "config"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(private / "basic_auth.ini"))
+    assert auth_lock_folder() == private
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(shared / "basic_auth.ini"))
+    assert auth_lock_folder() == lock_home / "linc"
+
+
+def test_linc_auth_stops_in_one_line_on_a_lock_not_safely_its_own(tmp_path) -> None:
+    """The server's worker, not a traceback: ``linc-auth: <folder>: ...`` and exit status 1."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # the config in a folder others can write: not where the lock goes
+    config = shared / "basic_auth.ini"
+    database = f"sqlite:///{tmp_path / 'auth.db'}"
+    config.write_text(f"[mlflow]\ndefault_permission = NO_PERMISSIONS\ndatabase_uri = {database}\n")
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    (runtime / "linc").symlink_to(shared)
+    env = os.environ | {"MLFLOW_AUTH_CONFIG_PATH": str(config), "XDG_RUNTIME_DIR": str(runtime)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from orchestration.tracking.ui_app import create_auth_app\ncreate_auth_app()",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("linc-auth: ")]
+    assert line.startswith(f"linc-auth: {runtime / 'linc'}: the folder of the user store's lock")
+    assert not list(shared.glob("*.lock"))
