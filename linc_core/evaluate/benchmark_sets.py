@@ -41,6 +41,8 @@ from linc_core.instances.benchmarks import (
     load_bks,
     read_bks_csv,
 )
+from linc_core.instances.reading import MAX_BENCHMARK_FILE_BYTES
+from linc_core.utils.files import FileRefusedError, read_regular_file
 from linc_core.verify import convention_for
 
 SYNTHETIC = re.compile(r"^synthetic-(tsp|cvrp|cvrptw)-(\d+)$")
@@ -298,9 +300,10 @@ def _names_solomon_sections(path: Path) -> bool:
     """Whether a file that failed to read still looks like a Solomon file (an error to report)
     rather than some other text (a note, a best-known table: skipped)."""
     try:
-        text = path.read_text(errors="replace").upper()
-    except OSError:
-        return True  # unreadable: report it, whatever it is
+        data = read_regular_file(path, MAX_BENCHMARK_FILE_BYTES)
+    except (OSError, FileRefusedError):
+        return True  # unreadable, a named pipe, too big: report it, whatever it is
+    text = data.decode(errors="replace").upper()
     return "VEHICLE" in text and "CUSTOMER" in text
 
 

@@ -32,24 +32,20 @@ that looks complete. XML100 and TSPLIB are not served per file by CVRPLIB and ar
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
-import shutil
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from linc_core.instances import (
-    Instance,
-    InstanceError,
-    read_cvrplib,
-    read_solomon,
-    read_solution,
-)
+from linc_core.instances import Instance, InstanceError, read_cvrplib, read_solomon, read_solution
+from linc_core.instances.reading import read_text
 from linc_core.problems.spec import problem_spec
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.files import PLAIN_NAME_RULE, FileRefusedError, copy_capped, is_plain_name
 
 DATA_DIR_ENV = "LINC_DATA_DIR"
 CVRPLIB_URL_ENV = "LINC_CVRPLIB_URL"
@@ -206,25 +202,22 @@ def read_bks_csv(path: Path, columns: Sequence[str]) -> dict[str, float]:
         InstanceError: naming the file: no ``instance`` column, none of ``columns``, or a cost
             that is not a number.
     """
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        column = next((c for c in columns if c in header), None)
-        if "instance" not in header or column is None:
-            missing = "instance" if "instance" not in header else columns[0]
-            others = f" (nor any of {tuple(columns[1:])})" if column is None and columns[1:] else ""
+    reader = csv.DictReader(io.StringIO(read_text(path, str(path))))  # a file, capped
+    header = reader.fieldnames or []
+    column = next((c for c in columns if c in header), None)
+    if "instance" not in header or column is None:
+        missing = "instance" if "instance" not in header else columns[0]
+        others = f" (nor any of {tuple(columns[1:])})" if column is None and columns[1:] else ""
+        raise InstanceError(str(path), missing, header, f"column missing from the header{others}")
+    table: dict[str, float] = {}
+    for row in reader:
+        value = row[column]
+        try:
+            table[row["instance"]] = float(value)
+        except (TypeError, ValueError):
             raise InstanceError(
-                str(path), missing, header, f"column missing from the header{others}"
-            )
-        table: dict[str, float] = {}
-        for row in reader:
-            value = row[column]
-            try:
-                table[row["instance"]] = float(value)
-            except (TypeError, ValueError):
-                raise InstanceError(
-                    str(path), f"{column}[{row['instance']}]", value, "not a number"
-                ) from None
+                str(path), f"{column}[{row['instance']}]", value, "not a number"
+            ) from None
     return table
 
 
@@ -248,6 +241,9 @@ def remote_names(set_name: str, root: str | os.PathLike[str] | None = None) -> l
     Solomon (56) and Homberger-200 (60) names follow fixed patterns. Set X names carry a
     vehicle count that cannot be derived, so they come from ``cvrplib_x/bks.csv`` under
     ``root`` (default :func:`data_dir`).
+
+    Raises:
+        InstanceError: a name in that ``bks.csv`` is no plain file name (``../pwn``).
     """
     if set_name == "solomon100":
         counts = dict(zip(SOLOMON_FAMILIES, (9, 8, 12, 11, 8, 8), strict=True))
@@ -255,21 +251,21 @@ def remote_names(set_name: str, root: str | os.PathLike[str] | None = None) -> l
     if set_name == "homberger200":
         return [f"{family}_2_{i}" for family in SOLOMON_FAMILIES for i in range(1, 11)]
     if set_name == "cvrplib_x":
-        return sorted(load_bks("cvrplib_x", root))
+        table = benchmark_dir("cvrplib_x", root) / "bks.csv"
+        names = sorted(read_bks_csv(table, (BENCHMARKS["cvrplib_x"].bks_column,)))
+        for name in names:
+            if not is_plain_name(name):
+                raise InstanceError(str(table), "instance", name, PLAIN_NAME_RULE)
+        return names
     raise KeyError(f"Unknown download set {set_name!r}; expected one of {sorted(DOWNLOAD_SETS)}.")
 
 
 def instance_url(
     set_name: str, name: str, *, solution: bool = False, base_url: str | None = None
 ) -> str:
-    """URL of one instance (or its ``.sol``) on CVRPLIB.
-
-    Args:
-        set_name: a key of ``DOWNLOAD_SETS``.
-        name: the instance name, e.g. ``X-n101-k25`` or ``C101``.
-        solution: the ``.sol`` file instead of the instance.
-        base_url: defaults to ``$LINC_CVRPLIB_URL`` or ``CVRPLIB_URL``.
-    """
+    """URL on CVRPLIB of instance ``name`` (``X-n101-k25``, ``C101``) of ``set_name`` (a key of
+    ``DOWNLOAD_SETS``), or of its ``.sol`` with ``solution``; ``base_url`` defaults to
+    ``$LINC_CVRPLIB_URL`` or ``CVRPLIB_URL``."""
     remote = DOWNLOAD_SETS[set_name]
     base = base_url or os.environ.get(CVRPLIB_URL_ENV) or CVRPLIB_URL
     extension = "sol" if solution else remote.extension
@@ -277,6 +273,9 @@ def instance_url(
 
 
 Opener = Callable[..., IO[bytes]]
+# CVRPLIB's largest files are tens of KB: a server streaming without end fills no disk.
+MAX_DOWNLOAD_BYTES = 16 * 1024 * 1024
+MAX_DOWNLOAD_SECONDS = 300.0
 
 
 def download_file(
@@ -286,6 +285,8 @@ def download_file(
     *,
     opener: Opener = urllib.request.urlopen,
     timeout: float = 60.0,
+    max_bytes: int = MAX_DOWNLOAD_BYTES,
+    max_seconds: float = MAX_DOWNLOAD_SECONDS,
 ) -> Path:
     """Fetch ``url`` into ``target`` atomically, keeping it only if ``check`` accepts it.
 
@@ -298,17 +299,21 @@ def download_file(
         target: final path.
         check: called with the temporary path; raise to reject the file.
         opener: ``urllib.request.urlopen`` or a stand-in with the same call shape.
-        timeout: seconds, passed to ``opener``.
+        timeout: seconds one read may wait (passed to ``opener``).
+        max_bytes, max_seconds: most bytes and seconds the file may take
+            (:func:`linc_core.utils.files.copy_capped`); past either, the download stops.
 
     Raises:
-        DownloadError: naming the URL, when fetching or checking fails.
+        DownloadError: naming the URL, when fetching or checking fails or a cap is passed.
     """
 
     def fetch(out: IO[bytes]) -> None:
         try:
-            with opener(url, timeout=timeout) as response:
-                shutil.copyfileobj(response, out)
-        except OSError as err:  # URLError and HTTPError are OSErrors
+            with opener(url, timeout=min(timeout, max_seconds)) as response:
+                copy_capped(response, out, url, max_bytes=max_bytes, max_seconds=max_seconds)
+        except FileRefusedError as err:
+            raise DownloadError(f"{url}: download stopped: {err.value}: {err.problem}") from None
+        except OSError as err:  # URLError and HTTPError are OSErrors; so is a read timeout
             raise DownloadError(f"{url}: download failed: {err}") from err
 
     def verify(temporary: Path) -> None:
@@ -342,9 +347,16 @@ def download_set(
 
     Returns:
         The paths written or already present, in download order.
+
+    Raises:
+        DownloadError: a name is no plain file name (``../x``: before any fetch), or a download
+            fails (:func:`download_file`).
     """
     remote = DOWNLOAD_SETS[set_name]
     wanted = list(names) if names else remote_names(set_name)
+    for name in wanted:  # each becomes a file name in dest: never a path out of it
+        if not is_plain_name(name):
+            raise DownloadError(f"download {set_name}: instance name {name!r}: {PLAIN_NAME_RULE}")
     folder = Path(dest)
     written: list[Path] = []
     for name in wanted:
@@ -367,6 +379,8 @@ __all__ = [
     "DATA_DIR_ENV",
     "DOWNLOAD_SETS",
     "DownloadError",
+    "MAX_DOWNLOAD_BYTES",
+    "MAX_DOWNLOAD_SECONDS",
     "Opener",
     "RemoteSet",
     "SOLOMON_FAMILIES",

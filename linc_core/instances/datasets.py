@@ -7,11 +7,9 @@ the reader forever), opened without following a link swapped in after those chec
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -25,6 +23,7 @@ from linc_core.instances.parquet import (
     read_shard_bytes,
     sha256_hex,
 )
+from linc_core.utils.files import FileRefusedError, open_regular_file
 
 MANIFEST_NAME = "manifest.json"
 # The one form of a shard's file name, from a listing or a manifest: a plain name inside the
@@ -90,36 +89,14 @@ def _open_member(
 
 
 def _open_local(source: str, path: str, *, follow_links: bool) -> pa.NativeFile:
-    """Open a local file that must be a regular one, without ever blocking: a named pipe
-    (FIFO) would block the open, then every read, forever. With ``follow_links`` False, a
-    link at ``path`` (one swapped in since ``path`` was resolved) is refused."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow_links else os.O_NOFOLLOW)
+    """Open a local file that must be a regular one, without ever blocking
+    (:func:`linc_core.utils.files.open_regular_file`); with ``follow_links`` False, a link at
+    ``path`` (one swapped in since ``path`` was resolved) is refused."""
     try:
-        descriptor = os.open(path, flags)
-    except OSError as err:
-        if err.errno == errno.ELOOP and not follow_links:
-            raise DatasetSchemaError(
-                source, "<file>", path, "a link swapped in after the folder check"
-            ) from None
-        if err.errno == errno.ENXIO:  # a socket
-            raise DatasetSchemaError(source, "<file>", "a socket", _NOT_A_FILE) from None
-        raise
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a file")
-        raise DatasetSchemaError(source, "<file>", kind, _NOT_A_FILE)
-    return pa.PythonFile(os.fdopen(descriptor, "rb"), mode="r")
-
-
-_NOT_A_FILE = "expected a regular file"
-_FILE_KINDS = {
-    stat.S_IFIFO: "a named pipe (FIFO)",
-    stat.S_IFDIR: "a folder",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a device",
-    stat.S_IFBLK: "a device",
-}
+        handle = open_regular_file(path, follow_links=follow_links, source=source)
+    except FileRefusedError as err:
+        raise DatasetSchemaError(source, "<file>", err.value, err.problem) from None
+    return pa.PythonFile(handle, mode="r")
 
 
 def read_shard(path: str, filesystem: pafs.FileSystem | None = None) -> Instance:

@@ -228,9 +228,10 @@ def read_solution(path: str | os.PathLike[str]) -> list[list[int]]:
         InstanceError: unreadable lines or no route at all.
     """
     source = str(path)
-    read_text(path, source)
+    text = read_text(path, source)
     try:
-        solution = vrplib.read_solution(path)
+        # the text read once and checked, not the path again (vrplib would open it itself)
+        solution = vrplib.parse.parse_solution(text)
     except (ValueError, IndexError, TypeError) as err:
         raise InstanceError(source, "Route", str(err), "could not parse the solution file") from err
     routes = solution.get("routes") or []

@@ -27,7 +27,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -36,13 +36,20 @@ from linc_core.config import ModelConfig, TrainConfig, config_differences, to_di
 from linc_core.metrics import TRAIN_SECONDS
 from linc_core.train.checkpoint_fields import bad_field, check_fields, check_required
 from linc_core.utils.atomic import write_atomic
-from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
+from linc_core.utils.files import FileRefusedError, open_regular_file, read_regular_file
+from linc_core.utils.tensor_file import (
+    MAX_TENSOR_FILE_BYTES,
+    CheckpointError,
+    check_plain,
+    load_tensor_file,
+)
 from linc_core.utils.typed import build
 
 FORMAT_VERSION = 1
 CHECKPOINT_NAME = "latest.pt"  # what fit writes into its checkpoint folder
 MANIFEST_SUFFIX = ".json"
 _CHUNK = 1 << 20
+_MANIFEST_MAX_BYTES = 1 << 20  # a manifest is four numbers and a hash: about 150 bytes
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -86,8 +93,8 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The manifest of checkpoint ``path``, or None when it has none (or it is unreadable)."""
-    try:
-        manifest = json.loads(manifest_path(path).read_text())
+    try:  # a named pipe or a device there is no manifest (FileRefusedError is a ValueError)
+        manifest = json.loads(read_regular_file(manifest_path(path), _MANIFEST_MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or not {"bytes", "sha256"} <= set(manifest):
@@ -110,13 +117,17 @@ def verify_checkpoint(path: str | os.PathLike[str], *, name: str | None = None) 
     manifest = read_manifest(path)
     if manifest is None:
         return
-    try:
-        size = Path(path).stat().st_size
+    try:  # the size and hash of what is opened: a regular file (a FIFO would block the hash)
+        with open_regular_file(path, max_bytes=MAX_TENSOR_FILE_BYTES, source=name) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            digest = _sha256(handle) if size == manifest["bytes"] else None
+    except FileRefusedError as err:
+        raise CheckpointError(f"checkpoint {name}: {err.value}: {err.problem}") from None
     except OSError as err:
         raise CheckpointError(f"checkpoint {name}: missing ({err.strerror})") from None
     if size != manifest["bytes"]:
         raise CheckpointError(f"checkpoint {name}: truncated ({size} of {manifest['bytes']} bytes)")
-    if _sha256(path) != manifest["sha256"]:
+    if digest != manifest["sha256"]:
         raise CheckpointError(f"checkpoint {name}: corrupt (SHA-256 differs from its manifest)")
 
 
@@ -129,11 +140,14 @@ def copy_checkpoint(source: str | os.PathLike[str], target: str | os.PathLike[st
     return target
 
 
-def _sha256(path: str | os.PathLike[str]) -> str:
+def _sha256(source: str | os.PathLike[str] | BinaryIO) -> str:
+    """Hex SHA-256 of a file: a path (one this process just wrote) or an open file."""
+    if isinstance(source, str | os.PathLike):
+        with open(source, "rb") as handle:
+            return _sha256(handle)
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
+    while chunk := source.read(_CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

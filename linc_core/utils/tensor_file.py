@@ -26,13 +26,17 @@ import os
 import pickle
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from linc_core.utils.files import FileRefusedError, open_regular_file
+
 _PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.Size, torch.dtype)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Largest .pt file read: a full linc model's checkpoint is about 6 MB (models/*.pt) and torch
+# reads every tensor into memory, so no valid file comes near it and a wrong one is not read.
+MAX_TENSOR_FILE_BYTES = 2 * 1024**3
 
 
 class CheckpointError(ValueError):
@@ -55,14 +59,19 @@ def load_tensor_file(
 
     Raises:
         CheckpointError: the file names a function or class (refused unrun, the global named
-            when torch reports it), or is missing, truncated, or no torch file.
+            when torch reports it), or is missing, truncated, or no torch file; or ``path`` is
+            no regular file (a named pipe, a device) or one over ``MAX_TENSOR_FILE_BYTES``.
     """
     name = name or str(path)
     try:
-        with warnings.catch_warnings():
+        # a regular file only: a named pipe would block torch's open, /dev/zero fill memory
+        opened = open_regular_file(path, max_bytes=MAX_TENSOR_FILE_BYTES, source=name)
+        with opened as handle, warnings.catch_warnings():
             # torch's notes on a file's pickle protocol are not the user's business
             warnings.simplefilter("ignore")
-            return torch.load(Path(path), map_location=map_location, weights_only=True)
+            return torch.load(handle, map_location=map_location, weights_only=True)
+    except FileRefusedError as err:
+        raise CheckpointError(f"checkpoint {name}: {err.value}: {err.problem}") from None
     except pickle.UnpicklingError as err:
         text = _one_line(err)
         if "Weights only load failed" not in text:  # bytes that are no pickle at all
@@ -116,4 +125,4 @@ def _one_line(err: BaseException) -> str:
     return " ".join(_ANSI.sub("", str(err)).split())
 
 
-__all__ = ["CheckpointError", "check_plain", "load_tensor_file"]
+__all__ = ["MAX_TENSOR_FILE_BYTES", "CheckpointError", "check_plain", "load_tensor_file"]

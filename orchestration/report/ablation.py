@@ -37,6 +37,7 @@ from linc_core.metrics import (
     VALIDATION_COST,
 )
 from linc_core.presets import PRESETS
+from linc_core.utils.files import FileRefusedError, read_regular_file
 from linc_core.utils.typed import ConfigError
 from orchestration.report.figures import Chart, ablation_chart, pairwise_curves, training_curves
 from orchestration.report.statistics import (
@@ -123,7 +124,7 @@ def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
                 if run.info.end_time
                 else None,
                 # the training clock the budget counts, what the sweep's console shows
-                "train_seconds": metrics.get(TRAIN_SECONDS),
+                TRAIN_SECONDS: metrics.get(TRAIN_SECONDS),
             }
         )
     return rows
@@ -293,13 +294,19 @@ def report_files(data: AblationData, compare_to: str | None) -> dict[str, bytes]
     return files | {name: chart.png for name, chart in charts.items()}
 
 
+# A reference-curves file holds a few variants' per-epoch scores: some KB. No valid one nears it.
+MAX_REFERENCE_CURVES_BYTES = 16 * 1024 * 1024
+
+
 def read_reference_curves(path: Path) -> dict[str, list[float]]:
     """``{variant: score_by_epoch}`` of a reference-curves file (``{"runs": {variant:
     {"score_by_epoch": [positive numbers]}}}``); :class:`ConfigError` naming the file and the
     field that is missing, malformed or of the wrong shape."""
     where = f"--reference-curves {path}"  # linc-report's flag: the one reader of such files
-    try:
-        loaded = json.loads(path.read_bytes())
+    try:  # a regular file of at most 16 MiB: a named pipe would hang, /dev/zero fill memory
+        loaded = json.loads(read_regular_file(path, MAX_REFERENCE_CURVES_BYTES, source=where))
+    except FileRefusedError as err:
+        raise ConfigError(f"{where}: {err.value}: {err.problem}") from None
     except OSError as err:
         raise ConfigError(f"{where}: cannot read it ({err.strerror or err})") from None
     except ValueError as err:  # not JSON (cut short, another format), or not UTF-8

@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
+import http.server
+import os
 import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -24,6 +31,8 @@ from linc_core.instances.benchmarks import (
     load_bks,
     remote_names,
 )
+from linc_core.utils.files import PLAIN_NAME_RULE
+from tests.conftest import fresh_python
 
 
 # ---------------------------------------------------------------------- data folder
@@ -271,3 +280,131 @@ def test_main_download_from_file_mirror(
     )
     assert code == 1
     assert "R999.txt" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- download caps, names
+@contextmanager
+def local_server(body: Callable[[BinaryIO], None]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering every GET with ``body(wfile)``; its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            with suppress(OSError):  # the client hung up: what the caps are for
+                body(self.wfile)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def endless(out: BinaryIO) -> None:
+    """Endless as far as a 16 MiB cap can tell: 64 MiB, so that a regression ends too."""
+    for _ in range(1024):
+        out.write(b"x" * 65536)
+
+
+def test_an_endless_download_stops_at_the_byte_cap_and_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    with local_server(endless) as base:
+        start = time.monotonic()
+        with pytest.raises(DownloadError) as err:
+            download_file(f"{base}/X/x.vrp", dest / "x.vrp", read_cvrplib)
+    assert time.monotonic() - start < 30
+    assert str(err.value) == (
+        f"{base}/X/x.vrp: download stopped: over 16 MiB: larger than the 16 MiB this reader accepts"
+    )
+    assert list(dest.iterdir()) == []  # the partial temporary is removed
+
+
+def test_a_slow_drip_download_stops_at_the_time_cap(tmp_path: Path) -> None:
+    def drip(out: BinaryIO) -> None:
+        for _ in range(100):  # a byte at a time, each well inside the per-read timeout: 10 s
+            out.write(b"x")
+            out.flush()
+            time.sleep(0.1)
+
+    dest = tmp_path / "dest"
+    with local_server(drip) as base:
+        start = time.monotonic()
+        with pytest.raises(DownloadError) as err:
+            download_file(f"{base}/x.vrp", dest / "x.vrp", read_cvrplib, max_seconds=1.0)
+        seconds = time.monotonic() - start
+    assert seconds < 5, seconds  # not the 60 s per read, nor forever
+    assert "download stopped:" in str(err.value) and "not done after 1 s" in str(err.value)
+    assert list(dest.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["../escaped", "..", ".", "/tmp/abs", "a/../../b", "..\\x", "%2e%2e%2fx", "C101/"]
+)
+def test_a_name_that_is_no_plain_file_name_fetches_and_writes_nothing(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    served = (data_dir / "solomon100" / "C101.txt").read_bytes()  # a valid file: it would pass
+    requests: list[int] = []
+
+    def file(out: BinaryIO) -> None:
+        requests.append(1)
+        out.write(served)
+
+    dest = tmp_path / "out" / "dest"
+    with local_server(file) as base:
+        code = main(
+            ["download", "solomon100", "--dest", str(dest), "--names", "C101", name]
+            + ["--base-url", base]
+        )
+    assert code == 1 and requests == []  # refused before the first fetch
+    err = capsys.readouterr().err
+    assert err == f"linc-data: download solomon100: instance name {name!r}: {PLAIN_NAME_RULE}\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []  # not even dest was made
+
+
+def test_a_bks_csv_row_that_is_no_plain_name_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    (data / "cvrplib_x").mkdir(parents=True)
+    table = data / "cvrplib_x" / "bks.csv"
+    table.write_text("instance,bks\nX-n101-k25,27591\n../pwn,1\n")
+    monkeypatch.setenv(DATA_DIR_ENV, str(data))
+    dest = tmp_path / "dest"
+    with local_server(endless) as base:  # never reached
+        code = main(["download", "cvrplib_x", "--dest", str(dest), "--base-url", base])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"linc-data: {table}: field 'instance' = '../pwn': {PLAIN_NAME_RULE}\n"
+    )
+    assert not dest.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_bks_csv_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "cvrplib_x").mkdir(parents=True)
+    os.mkfifo(data / "cvrplib_x" / "bks.csv")
+    out = fresh_python(
+        "from linc_core.instances.benchmarks import load_bks\n"
+        "try:\n"
+        f"    load_bks('cvrplib_x', {str(data)!r})\n"
+        "except ValueError as err:\n"
+        "    print(err)\n",
+        timeout=30,
+    )
+    path = data / "cvrplib_x" / "bks.csv"
+    assert out == f"{path}: field 'file' = 'a named pipe (FIFO)': expected a regular file\n"
+
+
+def test_the_default_cvrplib_url_is_plain_http() -> None:
+    # CVRPLIB's host served plain http when this was written: files are checked by the readers
+    # after download, so a tampered one can only fail the checks or be wrong data, never code.
+    assert CVRPLIB_URL.startswith("http://vrp.atd-lab.inf.puc-rio.br/")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +18,11 @@ from linc_core.train.checkpoint import (
     RESUMABLE_CHANGES,
     RESUME_STATE,
     load_checkpoint,
+    save_checkpoint,
     save_weights_copy,
 )
 from linc_core.utils.tensor_file import CheckpointError
-from tests.conftest import tiny_configs
+from tests.conftest import fresh_python, tiny_configs
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +122,34 @@ def test_a_weights_copy_evaluates_as_its_run_and_refuses_to_resume(one_epoch, tm
     assert full["optimizer_state"] is not None
     with pytest.raises(CheckpointError, match=r"weights\.pt: weights only .* after 2 steps.*warm"):
         _resume(copy, model, config)
+
+
+def test_a_fifo_checkpoint_or_manifest_is_refused_at_once(tmp_path) -> None:
+    # A manifest claiming 0 bytes beside a FIFO made the hash read the FIFO, and a FIFO as the
+    # manifest made reading it block: each call runs in a process of its own with a deadline.
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    empty = hashlib.sha256(b"").hexdigest()
+    (tmp_path / "fifo.pt.json").write_text(json.dumps({"bytes": 0, "sha256": empty}))
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, {"format_version": 1})
+    os.remove(tmp_path / "good.pt.json")
+    os.mkfifo(tmp_path / "good.pt.json")
+    out = fresh_python(
+        "import time\n"
+        "from linc_core.train.checkpoint import load_checkpoint, read_manifest, verify_checkpoint\n"
+        "from linc_core.utils.tensor_file import CheckpointError\n"
+        "start = time.monotonic()\n"
+        f"print(read_manifest({str(good)!r}), f'{{time.monotonic() - start:.3f}}')\n"
+        "for call in (verify_checkpoint, load_checkpoint):\n"
+        "    start = time.monotonic()\n"
+        "    try:\n"
+        f"        call({str(fifo)!r})\n"
+        "    except CheckpointError as err:\n"
+        "        print(err, f'{time.monotonic() - start:.3f}')\n",
+        timeout=60,
+    )
+    lines = out.splitlines()
+    told = f"checkpoint {fifo}: a named pipe (FIFO): expected a regular file"
+    assert [line.rsplit(" ", 1)[0] for line in lines] == ["None", told, told], out
+    assert all(float(line.rsplit(" ", 1)[1]) < 1.0 for line in lines), out

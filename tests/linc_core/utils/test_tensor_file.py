@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from linc_core.train.checkpoint import save_checkpoint
-from linc_core.utils.tensor_file import CheckpointError, check_plain, load_tensor_file
+from linc_core.utils.tensor_file import (
+    MAX_TENSOR_FILE_BYTES,
+    CheckpointError,
+    check_plain,
+    load_tensor_file,
+)
+from tests.conftest import fresh_python
 from tests.golden import REFERENCE_STATE_DICT, golden_path
 
 
@@ -91,3 +97,51 @@ def test_the_writer_refuses_what_the_reader_would(tmp_path) -> None:
     assert not list(tmp_path.iterdir())  # nothing written
     with pytest.raises(TypeError, match=r"^payload\.model is a .*_Trap"):
         check_plain({"model": _Trap()})
+
+
+def test_a_fifo_or_a_device_is_refused_at_once_and_unread(tmp_path) -> None:
+    # A FIFO blocks torch's open until a writer comes, /dev/zero would be read until memory
+    # runs out: each load runs in a process of its own with a deadline and a memory limit.
+    fifo, zero = tmp_path / "fifo.pt", tmp_path / "zero.pt"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    out = fresh_python(
+        "import resource, time\n"
+        "from linc_core.utils.tensor_file import CheckpointError, load_tensor_file\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (8 * 1024**3, 8 * 1024**3))\n"
+        f"for path in {[str(fifo), str(zero)]!r}:\n"
+        "    start = time.monotonic()\n"
+        "    try:\n"
+        "        load_tensor_file(path)\n"
+        "    except CheckpointError as err:\n"
+        "        print(f'{time.monotonic() - start:.3f}', err)\n",
+        timeout=60,
+    )
+    lines = out.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        f"checkpoint {fifo}: a named pipe (FIFO): expected a regular file",
+        f"checkpoint {zero}: a device: expected a regular file",
+    ]
+    assert all(float(line.split(" ", 1)[0]) < 1.0 for line in lines), out
+
+
+def test_a_folder_or_a_file_over_the_cap_is_refused_by_what_it_is(tmp_path) -> None:
+    big = tmp_path / "big.pt"
+    with open(big, "wb") as out:
+        out.truncate(MAX_TENSOR_FILE_BYTES + 1)  # sparse: 2 GiB on paper, nothing on disk
+    with pytest.raises(CheckpointError) as refused:
+        load_tensor_file(big)
+    assert str(refused.value) == (
+        f"checkpoint {big}: 2 GiB: larger than the 2 GiB this reader accepts"
+    )
+    with pytest.raises(CheckpointError) as refused:
+        load_tensor_file(tmp_path, name="run/latest.pt")
+    assert str(refused.value) == "checkpoint run/latest.pt: a folder: expected a regular file"
+
+
+def test_a_link_to_a_real_checkpoint_loads(tmp_path) -> None:
+    link = tmp_path / "link.pt"
+    link.symlink_to(golden_path(REFERENCE_STATE_DICT))
+    assert (
+        load_tensor_file(link).keys() == load_tensor_file(golden_path(REFERENCE_STATE_DICT)).keys()
+    )

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestration.report.ablation import collect, evaluation_costs, report_files, run_rows
-from tests.conftest import PNG_MAGIC
+from orchestration.report.ablation import (
+    MAX_REFERENCE_CURVES_BYTES,
+    collect,
+    evaluation_costs,
+    report_files,
+    run_rows,
+)
+from tests.conftest import PNG_MAGIC, fresh_python
 
 INSTANCES = [f"R{i:03d}" for i in range(30)]
 
@@ -272,3 +279,35 @@ def test_the_budget_table_shows_the_training_clock_beside_the_runs_wall_time(tmp
     table = budget_table(rows).splitlines()
     assert table[0] == "| Variant | Seed | Epochs | Parameters | Training (s) | Run wall time (s) |"
     assert table[2] == "| full_linc | 1 | 2 | - | 1.2 | 5 |"
+
+
+def test_reference_curves_that_are_a_fifo_a_device_or_too_big_are_refused_at_once(
+    tmp_path,
+) -> None:
+    # A FIFO blocked the read forever, /dev/zero filled memory: each read runs in a process of
+    # its own with a deadline and a memory limit, so a regression fails instead of hanging.
+    fifo, zero, big = tmp_path / "fifo.json", tmp_path / "zero.json", tmp_path / "big.json"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    with open(big, "wb") as out:
+        out.truncate(MAX_REFERENCE_CURVES_BYTES + 1)  # sparse: nothing written or read
+    out = fresh_python(
+        "import resource, time\n"
+        "from pathlib import Path\n"
+        "from orchestration.report.ablation import read_reference_curves\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (8 * 1024**3, 8 * 1024**3))\n"
+        f"for path in {[str(fifo), str(zero), str(big)]!r}:\n"
+        "    start = time.monotonic()\n"
+        "    try:\n"
+        "        read_reference_curves(Path(path))\n"
+        "    except ValueError as err:\n"
+        "        print(f'{time.monotonic() - start:.3f}', err)\n",
+        timeout=60,
+    )
+    lines = out.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        f"--reference-curves {fifo}: a named pipe (FIFO): expected a regular file",
+        f"--reference-curves {zero}: a device: expected a regular file",
+        f"--reference-curves {big}: 16 MiB: larger than the 16 MiB this reader accepts",
+    ], out
+    assert all(float(line.split(" ", 1)[0]) < 1.0 for line in lines), out
