@@ -106,7 +106,15 @@ class ModelConfig:
             self.embedding_dim,
             f"a multiple of num_heads ({self.num_heads})",
         )
-        require(self.logit_clip > 0, "logit_clip", self.logit_clip, "> 0")
+        require(
+            0 < self.logit_clip < math.inf, "logit_clip", self.logit_clip, "a finite number > 0"
+        )
+        require(
+            math.isfinite(self.gate_init_bias),
+            "gate_init_bias",
+            self.gate_init_bias,
+            "a finite number",
+        )
         require(self.z_dim >= 0, "z_dim", self.z_dim, ">= 0")
         require(self.scorer_hidden_dim >= 1, "scorer_hidden_dim", self.scorer_hidden_dim, ">= 1")
         known = CONSEQUENCE_FEATURES[self.problem]
@@ -255,10 +263,10 @@ class TrainConfig:
         for name in ("num_rollouts", "batch_size", "instances_per_epoch", "epochs"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         require(
-            self.budget_minutes is None or self.budget_minutes > 0,
+            self.budget_minutes is None or 0 < self.budget_minutes < math.inf,
             "budget_minutes",
             self.budget_minutes,
-            "> 0 (or null: no budget)",
+            "a finite number > 0 (or null: no budget)",
         )
         require(
             self.budget_clock == "wall" or self.device == "cpu",
@@ -266,10 +274,13 @@ class TrainConfig:
             self.budget_clock,
             "wall for a CUDA run (a GPU's work is not CPU time)",
         )
+        # inf passes every bound below and fails an epoch in (an inf step makes NaN weights)
+        for name in ("learning_rate", "weight_decay", "max_grad_norm", "tau_start"):
+            value = getattr(self, name)
+            require(math.isfinite(value), name, value, "a finite number")
         require(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
         require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, ">= 0")
-        require(math.isfinite(self.tau_start), "tau_start", self.tau_start, "a finite number")
         require(
             0 < self.tau_end <= self.tau_start,
             "tau_end",

@@ -38,14 +38,16 @@ The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from linc_core.metrics import EVAL_COST
+from linc_core.metrics import EVAL_COST, TRAIN_SECONDS
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact, redact_logging
 from linc_core.utils.typed import ConfigError, did_you_mean
@@ -95,7 +97,7 @@ def budget_table(rows: Sequence[dict[str, Any]]) -> str:
             str(row["seed"]),
             shown(row["epochs"], ".0f"),
             shown(row["parameters"], ",.0f"),
-            shown(row.get("train_seconds"), ".1f"),
+            shown(row.get(TRAIN_SECONDS), ".1f"),
             shown(row["seconds"], ".0f"),
         )
         lines.append("| " + " | ".join(cells) + " |")
@@ -210,7 +212,31 @@ def _existing_store(given: str | None) -> str | None:
                 file=sys.stderr,
             )
             return None
+        problem = _not_a_store(database)
+        if problem is not None:
+            print(
+                f"linc-report: --tracking-uri: {redact(str(database))} is {problem}",
+                file=sys.stderr,
+            )
+            return None
     return tracking_uri
+
+
+def _not_a_store(database: Path) -> str | None:
+    """Why the SQLite file ``database`` is no MLflow store (None: it is one), read without a
+    write: MLflow would retry a folder for minutes, print SQLAlchemy's traceback for a device
+    or another kind of file, and create its tables in an empty file or another database."""
+    if not database.is_file():  # a folder, /dev/zero, a link to either
+        return "not a file"
+    uri = f"{database.resolve().as_uri()}?mode=ro"  # read-only: the file is left as it is
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+            found = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'"
+            ).fetchone()
+    except sqlite3.Error as err:
+        return f"not an SQLite database ({err})"
+    return None if found else "an SQLite file without MLflow's tables"
 
 
 def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dict[str, bytes]]:

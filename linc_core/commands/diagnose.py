@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,9 +13,11 @@ from linc_core.commands.flags import (
     CommandLineError,
     add_policy_run_flags,
     apply_runtime_flags,
+    check_policy_run_flags,
     check_writable_folder,
     load_policy,
     load_set,
+    require_distinct_z,
 )
 from linc_core.evaluate.diagnostics import DEFAULT_OFFSETS, run_diagnostics, write_outputs
 from linc_core.instances import Instance
@@ -44,15 +47,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _offsets(spec: str) -> list[float]:
     try:
-        return [float(o) for o in spec.split(",")]
+        offsets = [float(o) for o in spec.split(",")]
     except ValueError:
-        raise CommandLineError(f"--offsets {spec}: expected numbers separated by commas") from None
+        offsets = [math.nan]
+    if not all(math.isfinite(o) for o in offsets):  # nan or inf: a drift of nan, silently
+        raise CommandLineError(f"--offsets {spec}: expected finite numbers separated by commas")
+    return offsets
 
 
 def _diagnose(args: argparse.Namespace) -> int:
+    check_policy_run_flags(args)
     apply_runtime_flags(args)
     offsets = _offsets(args.offsets)
     policy, _ = load_policy(args)
+    require_distinct_z("--z", args.z, policy.config.z_dim)
     bench = load_set(args)
     # refused before the diagnostics run, not after: they decode every instance
     check_writable_folder("--out", args.out)

@@ -53,9 +53,13 @@ from linc_core.commands.flags import (
     CommandLineError,
     add_policy_run_flags,
     apply_runtime_flags,
+    check_policy_run_flags,
     check_writable_folder,
     load_policy,
     load_set,
+    require_distinct_z,
+    require_int,
+    require_seconds,
 )
 from linc_core.decoding import DecodeConfig
 from linc_core.evaluate.benchmark_sets import BenchmarkSet
@@ -78,6 +82,19 @@ from linc_core.utils.progress import Progress
 
 # --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
 DEFAULT_Z = {"sampling": 800, "greedy": 1}
+# DecodeConfig's fields and the flags that set them: its refusals name the flag given.
+DECODE_FLAGS = {
+    "method": "--decode",
+    "num_z": "--z",
+    "augment": "--aug",
+    "seed": "--seed",
+    "num_starts": "--starts",
+    "beam_width": "--beam",
+    "expansion": "--expansion",
+    "sgbs_z": "--sgbs-z",
+    "max_rollouts_per_chunk": "--max-rollouts-per-chunk",
+    "compile": "--compile",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,21 +183,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """The decoding the flags ask for; a value DecodeConfig refuses is a one-line
+    :class:`CommandLineError` naming the flag (its message: ``DecodeConfig.FIELD: ...``)."""
+    num_z = DEFAULT_Z.get(args.decode, DEFAULT_Z["sampling"]) if args.z is None else args.z
+    try:
+        return DecodeConfig(
+            method=args.decode,
+            num_z=num_z,
+            augment=args.aug,
+            seed=args.seed,
+            num_starts=args.starts,
+            beam_width=args.beam,
+            expansion=args.expansion,
+            sgbs_z=args.sgbs_z,
+            max_rollouts_per_chunk=args.max_rollouts_per_chunk,
+            compile=args.compile,
+        )
+    except ValueError as err:
+        field, _, reason = str(err).removeprefix("DecodeConfig.").partition(": ")
+        flag = DECODE_FLAGS.get(field)
+        raise CommandLineError(
+            f"{flag}: {reason}" if flag else f"invalid settings: {err}"
+        ) from None
+
+
 def _evaluate(args: argparse.Namespace) -> int:
+    check_policy_run_flags(args)
+    require_int("--count", args.count, 1)
+    require_int("--data-seed", args.data_seed, 0)
+    require_int("--max-customers", args.max_customers, 1)
+    require_seconds("--pyvrp-seconds", args.pyvrp_seconds)
     apply_runtime_flags(args)
-    config = DecodeConfig(
-        method=args.decode,
-        num_z=args.z or DEFAULT_Z.get(args.decode, DEFAULT_Z["sampling"]),
-        augment=args.aug,
-        seed=args.seed,
-        num_starts=args.starts,
-        beam_width=args.beam,
-        expansion=args.expansion,
-        sgbs_z=args.sgbs_z,
-        max_rollouts_per_chunk=args.max_rollouts_per_chunk,
-        compile=args.compile,
-    )
+    config = _decode_config(args)
     policy, payload = load_policy(args)
+    # each z-rollout of a copy has its own z-vector: no more than the model has
+    if config.method in ("sampling", "greedy"):
+        require_distinct_z("--z", config.num_z, policy.config.z_dim)
+    if config.method == "sgbs":
+        require_distinct_z("--sgbs-z", config.sgbs_z, policy.config.z_dim)
     bench = load_set(
         args, count=args.count, data_seed=args.data_seed, max_customers=args.max_customers
     )

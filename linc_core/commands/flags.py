@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,9 @@ from linc_core.utils.runtime import tune_cpu_allocator
 if TYPE_CHECKING:
     from linc_core.evaluate.benchmark_sets import BenchmarkSet
     from linc_core.model import LincPolicy
+
+# torch's CPU pool at most: beyond any machine's cores (a larger count overflows torch's int)
+MAX_THREADS = 1024
 
 BENCHMARK_HELP = (
     "set name (solomon100, solomon50, tsplib, cvrplib_x, xml100, synthetic-PROBLEM-SIZE) or a "
@@ -59,8 +63,18 @@ def add_policy_run_flags(
     parser.add_argument("--out", type=Path, default=out, help="output folder")
 
 
+def check_policy_run_flags(args: argparse.Namespace) -> None:
+    """The numbers of :func:`add_policy_run_flags` in range, before anything is loaded: an
+    ``--limit`` below 1 would slice instances off the end (``-1``: all but the last), a
+    ``--z`` of 0 would silently become the default."""
+    require_int("--limit", args.limit, 1)
+    require_int("--z", args.z, 1)
+
+
 def apply_runtime_flags(args: argparse.Namespace) -> None:
-    """Process settings from the flags: the CPU allocator tuning and ``--threads``."""
+    """Process settings from the flags: the CPU allocator tuning and ``--threads`` (refused
+    in one line outside 1 to :data:`MAX_THREADS`)."""
+    require_int("--threads", args.threads, 1, MAX_THREADS)
     tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -68,6 +82,36 @@ def apply_runtime_flags(args: argparse.Namespace) -> None:
 
 class CommandLineError(Exception):
     """A command that cannot start (missing file, empty set): its one-line reason."""
+
+
+def require_flag(condition: bool, flag: str, value: object, expected: str) -> None:
+    """Refuse a flag's value in one line, ``{flag} {value}: expected {expected}``, unless
+    ``condition`` holds (the flags' counterpart of ``linc_core.utils.typed.require``)."""
+    if not condition:
+        raise CommandLineError(f"{flag} {value}: expected {expected}")
+
+
+def require_int(flag: str, value: int | None, low: int, high: int | None = None) -> None:
+    """An integer flag from ``low`` (to ``high``), or not given (``None``)."""
+    if value is not None:
+        within = low <= value and (high is None or value <= high)
+        expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+        require_flag(within, flag, value, expected)
+
+
+def require_seconds(flag: str, value: float | None) -> None:
+    """A time budget: a finite number of seconds >= 0 (``nan`` and ``inf`` would run unbounded),
+    or not given (``None``)."""
+    if value is not None:
+        require_flag(math.isfinite(value) and value >= 0, flag, value, "a finite number >= 0")
+
+
+def require_distinct_z(flag: str, value: int, z_dim: int) -> None:
+    """``value`` z-rollouts per copy, each under its own z-vector: at most the ``2^z_dim``
+    vectors of the checkpoint's model (none is drawn when ``z_dim`` is 0)."""
+    if z_dim > 0:
+        expected = f"at most 2^{z_dim} = {2**z_dim}, the checkpoint's distinct z-vectors"
+        require_flag(value <= 2**z_dim, flag, value, expected)
 
 
 def check_writable_folder(flag: str, folder: Path) -> None:
@@ -116,9 +160,14 @@ def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:
 def load_set(args: argparse.Namespace, **options: Any) -> BenchmarkSet:
     """The ``--benchmark`` set (first ``--limit`` files), or a one-line
     :class:`CommandLineError` when it is missing or holds no instance at all."""
-    from linc_core.evaluate.benchmark_sets import load_benchmark
+    from linc_core.evaluate.benchmark_sets import largest_customers, load_benchmark
     from linc_core.instances import InstanceError
+    from linc_core.runs.plan import MAX_CUSTOMERS
 
+    customers = largest_customers(args.benchmark)  # a synthetic set's size: before generating
+    if customers is not None and customers > MAX_CUSTOMERS:
+        expected = f"at most {MAX_CUSTOMERS} customers per instance, got {customers}"
+        raise CommandLineError(f"--benchmark {args.benchmark}: expected {expected}")
     try:
         bench = load_benchmark(args.benchmark, limit=args.limit, **options)
     except (ValueError, InstanceError, OSError) as err:

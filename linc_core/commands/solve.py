@@ -18,11 +18,13 @@ recomputed under the convention against the file's ``Cost``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from linc_core.evaluate.pyvrp_solver import PyVRPError, solve_with_pyvrp
+from linc_core.commands.flags import CommandLineError, require_flag, require_int
+from linc_core.evaluate.pyvrp_solver import MAX_SEED, PyVRPError, solve_with_pyvrp
 from linc_core.instances import read_solution
 from linc_core.instances.any_file import read_instance
 from linc_core.instances.benchmarks import BENCHMARKS, load_bks
@@ -107,6 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verify is not None:
         return verify_solution_file(args.verify, args.instance, args.convention)
     path: Path = args.instance
+    try:  # nan seconds would never stop the search; PyVRP's seed is 32-bit unsigned
+        finite = math.isfinite(args.seconds) and args.seconds > 0
+        require_flag(finite, "--seconds", args.seconds, "a finite number > 0")
+        require_int("--seed", args.seed, 0, MAX_SEED)
+    except CommandLineError as error:
+        print(f"linc-solve: {error}", file=sys.stderr)
+        return 2
     try:
         file_format, instance = read_instance(path)
         convention = (

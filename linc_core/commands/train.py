@@ -23,9 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
-from linc_core.commands.flags import CommandLineError, check_writable_folder
+from linc_core.commands.flags import CommandLineError, apply_runtime_flags, check_writable_folder
 from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
@@ -47,7 +45,6 @@ from linc_core.train.loop import (
     policy_from_checkpoint,
     warm_start,
 )
-from linc_core.utils.runtime import tune_cpu_allocator
 from linc_core.utils.tensor_file import CheckpointError
 from linc_core.utils.typed import literal_values
 
@@ -178,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _train(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    apply_runtime_flags(args)  # an impossible --threads is refused before any file is read
     try:
         plan = plan_from_args(args)
     except CheckpointError:  # --resume read for its budget: main names the file
@@ -195,9 +193,6 @@ def _train(argv: Sequence[str] | None) -> int:
         source, _ = policy_from_checkpoint(args.warm_start)
     if args.out is not None:
         check_writable_folder("--out", args.out)
-    tune_cpu_allocator()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     data = training_data(plan)
     validation = validation_set(plan, data)
     print(

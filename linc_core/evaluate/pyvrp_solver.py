@@ -49,6 +49,7 @@ The command line ``linc-solve`` is :mod:`linc_core.commands.solve`.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -67,6 +68,9 @@ from linc_core.verify import (
 
 DEFAULT_SCALE: dict[str, int] = {"exact": 1000, "dimacs": 10, "tsplib": 1, "cvrplib": 1}
 """Integer factor applied to lengths and times when ``scale`` is not given."""
+
+MAX_SEED = 2**32 - 1
+"""PyVRP's random seed is a 32-bit unsigned integer: ``0`` to this."""
 
 
 class PyVRPError(RuntimeError):
@@ -201,8 +205,11 @@ def solve_with_pyvrp(
         PyVRPError: PyVRP found no feasible solution within ``seconds``.
         ValueError: Bad arguments (see :func:`build_model`).
     """
-    if seconds <= 0:
-        raise ValueError(f"seconds must be positive, got {seconds}.")
+    # nan passes "seconds <= 0" and an inf (or nan) budget never stops the search
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds: expected a finite number > 0, got {seconds}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed: expected an integer from 0 to {MAX_SEED}, got {seed}")
     effective_scale = DEFAULT_SCALE.get(convention, 1) if scale is None else int(scale)
     started = time.perf_counter()
     model = build_model(instance, index, convention=convention, scale=effective_scale)

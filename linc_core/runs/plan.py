@@ -55,6 +55,7 @@ from linc_core.utils.typed import ConfigError, check_fields, require
 FilesystemOpener = Callable[[str], tuple[pafs.FileSystem, str]]
 
 SOLOMON50_DATA_ID = "solomon100-first50"
+MAX_CUSTOMERS = 100_000  # per instance: the largest benchmarks have 1000; more is a typo
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ class DataSource:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require(self.num_customers >= 2, "num_customers", self.num_customers, ">= 2")
+        customers = self.num_customers
+        require(
+            2 <= customers <= MAX_CUSTOMERS, "num_customers", customers, f"2 to {MAX_CUSTOMERS}"
+        )
         require(
             self.source != "solomon50" or self.problem == "cvrptw",
             "problem",
@@ -380,6 +384,7 @@ def evaluation_set(
 
 
 __all__ = [
+    "MAX_CUSTOMERS",
     "SOLOMON50_DATA_ID",
     "DataSource",
     "EvaluationSource",

@@ -4,6 +4,7 @@ section, field and value."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -126,3 +127,23 @@ def test_builder_converts_yaml_lists_and_integers() -> None:
     train = build(TrainConfig, {"tau_start": 100, "tau_end": 1}, "train")
     assert (train.tau_start, type(train.tau_start)) == (100.0, float)
     assert literal_values(TrainConfig, "advantage") == ("group_mean", "soft_top1")
+
+
+@pytest.mark.parametrize(
+    ("cls", "field", "value", "expected"),
+    [
+        (TrainConfig, "learning_rate", math.inf, "a finite number"),
+        (TrainConfig, "learning_rate", math.nan, "a finite number"),
+        (TrainConfig, "weight_decay", math.inf, "a finite number"),
+        (TrainConfig, "max_grad_norm", math.inf, "a finite number"),
+        (TrainConfig, "budget_minutes", math.inf, "a finite number > 0 (or null: no budget)"),
+        (ModelConfig, "logit_clip", math.inf, "a finite number > 0"),
+        (ModelConfig, "gate_init_bias", -math.inf, "a finite number"),
+        (ModelConfig, "gate_init_bias", math.nan, "a finite number"),
+    ],
+)
+def test_numbers_that_must_be_finite_refuse_inf_and_nan(cls, field, value, expected) -> None:
+    """Before: inf passed every bound (``> 0``, ``>= 0``) and failed a training epoch in."""
+    with pytest.raises(ValueError) as err:
+        cls(**{field: value})
+    assert str(err.value) == f"{field}: expected {expected}, got {value!r}"

@@ -46,7 +46,7 @@ def test_an_out_it_cannot_write_is_refused_before_the_diagnostics(
 
 def test_offsets_that_are_not_numbers_are_one_line(checkpoint, tmp_path, capsys):
     assert _diagnose(checkpoint, "synthetic-cvrptw-5", tmp_path / "d", "--offsets", "1,x") == 2
-    _one_line(capsys.readouterr().err, "--offsets 1,x: expected numbers separated by commas")
+    _one_line(capsys.readouterr().err, "--offsets 1,x: expected finite numbers separated by commas")
     assert not (tmp_path / "d").exists()
 
 
@@ -71,3 +71,32 @@ def test_a_writable_out_gets_the_diagnostics(checkpoint, data_dir, tmp_path, cap
     assert _diagnose(checkpoint, folder, out) == 0
     assert (out / "diagnostics.json").is_file() and (out / "modulation.png").is_file()
     assert f"wrote {out / 'diagnostics.json'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--z", "-1"], "--z -1: expected an integer >= 1"),
+        (["--z", "0"], "--z 0: expected an integer >= 1"),
+        (
+            ["--z", "65537"],
+            "--z 65537: expected at most 2^16 = 65536, the checkpoint's distinct z-vectors",
+        ),
+        (["--limit", "0"], "--limit 0: expected an integer >= 1"),
+        (["--threads", "0"], "--threads 0: expected an integer from 1 to 1024"),
+        (["--offsets", "nan"], "--offsets nan: expected finite numbers separated by commas"),
+        (["--offsets", "1,-inf"], "--offsets 1,-inf: expected finite numbers separated by commas"),
+        (
+            ["--offsets", "1,1e999"],
+            "--offsets 1,1e999: expected finite numbers separated by commas",
+        ),
+    ],
+)
+def test_numbers_out_of_range_are_one_line_before_the_diagnostics(
+    flags, message, checkpoint, tmp_path, capsys
+):
+    assert _diagnose(checkpoint, "synthetic-cvrptw-5", tmp_path / "d", *flags) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"linc-diagnose: {message}\n"
+    assert not (tmp_path / "d").exists()

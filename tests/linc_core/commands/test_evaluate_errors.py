@@ -276,3 +276,58 @@ def test_plot_names_match_the_set_ignoring_case(checkpoint, user_folder, tmp_pat
     args = ["--checkpoint", str(checkpoint), "--benchmark", str(user_folder), "--out", str(out)]
     assert eval_main([*args, "--aug", "1", "--decode", "greedy", "--plot", "R101, C101,r101"]) == 0
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["c101.png", "r101.png"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--z", "-1"], "--z -1: expected an integer >= 1"),
+        (["--z", "0"], "--z 0: expected an integer >= 1"),  # was: quietly the default 800
+        (["--limit", "-1"], "--limit -1: expected an integer >= 1"),  # was: all but the last
+        (["--limit", "0"], "--limit 0: expected an integer >= 1"),
+        (["--threads", "-1"], "--threads -1: expected an integer from 1 to 1024"),
+        (["--threads", "99999999999"], "--threads 99999999999: expected an integer from 1 to 1024"),
+        (["--decode", "sgbs", "--beam", "0"], "--beam: expected an int >= 1, got 0"),
+        (
+            ["--decode", "multistart", "--starts", "0"],
+            "--starts: expected None or an int >= 1, got 0",
+        ),
+        (
+            ["--expansion", "1"],
+            "--expansion: expected an int >= 2 (the greedy child plus at least one more), got 1",
+        ),
+        (
+            ["--max-rollouts-per-chunk", "0"],
+            "--max-rollouts-per-chunk: expected an int >= 1, got 0",
+        ),
+        (
+            ["--z", "99999999999"],
+            "--z 99999999999: expected at most 2^16 = 65536, the checkpoint's distinct z-vectors",
+        ),
+        (
+            ["--decode", "sgbs", "--sgbs-z", "65537"],
+            "--sgbs-z 65537: expected at most 2^16 = 65536, the checkpoint's distinct z-vectors",
+        ),
+        (["--pyvrp-seconds", "nan"], "--pyvrp-seconds nan: expected a finite number >= 0"),
+        (["--pyvrp-seconds", "inf"], "--pyvrp-seconds inf: expected a finite number >= 0"),
+        (["--pyvrp-seconds", "-1"], "--pyvrp-seconds -1.0: expected a finite number >= 0"),
+        (["--count", "0"], "--count 0: expected an integer >= 1"),
+        (["--data-seed", "-1"], "--data-seed -1: expected an integer >= 0"),
+        (["--max-customers", "0"], "--max-customers 0: expected an integer >= 1"),
+        (
+            ["--benchmark", "synthetic-cvrptw-99999999"],
+            "--benchmark synthetic-cvrptw-99999999: expected at most 100000 customers per "
+            "instance, got 99999999",
+        ),
+    ],
+)
+def test_flags_out_of_range_are_one_line_and_exit_2_before_any_work(
+    flags, message, checkpoint, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    argv = ["--checkpoint", str(checkpoint), "--benchmark", "synthetic-cvrptw-5", "--count", "1"]
+    assert eval_main([*argv, "--out", str(out), "--decode", "greedy", *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing decoded, no PyVRP run
+    assert captured.err == f"linc-eval: {message}\n"
+    assert not out.exists()

@@ -66,3 +66,25 @@ def test_cli_notes_a_convention_mismatch(data_dir, capsys):
     path = data_dir / "tsplib" / "eil51.tsp"
     assert main([str(path), "--seconds", "0.3", "--convention", "exact"]) == 0
     assert "note: the bks is stated under tsplib, this cost under exact" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--seconds", "nan"], "--seconds nan: expected a finite number > 0"),  # was: a hang
+        (["--seconds", "inf"], "--seconds inf: expected a finite number > 0"),
+        (["--seconds", "0"], "--seconds 0.0: expected a finite number > 0"),
+        (["--seconds", "1", "--seed", "-1"], "--seed -1: expected an integer from 0 to 4294967295"),
+        (
+            ["--seconds", "1", "--seed", "4294967296"],
+            "--seed 4294967296: expected an integer from 0 to 4294967295",
+        ),
+    ],
+)
+def test_cli_refuses_a_budget_or_seed_pyvrp_cannot_take_in_one_line(
+    flags, message, data_dir, capsys
+):
+    assert main([str(data_dir / "solomon100" / "C101.txt"), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"linc-solve: {message}\n"

@@ -119,3 +119,39 @@ def test_an_out_folder_is_made_and_a_linked_one_written_through(tmp_path, capsys
     assert linc_train([*_flags(), "--out", str(tmp_path / "link")]) == 0
     assert sorted(p.name for p in target.iterdir()) == ["latest.pt", "latest.pt.json"]
     assert "checkpoint: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--threads", "-1"], "--threads -1: expected an integer from 1 to 1024"),
+        (["--threads", "0"], "--threads 0: expected an integer from 1 to 1024"),
+        (["--threads", "99999999999"], "--threads 99999999999: expected an integer from 1 to 1024"),
+        (
+            ["--lr", "inf"],
+            "invalid settings: train.learning_rate: expected a finite number, got inf",
+        ),
+        (
+            ["--lr", "nan"],
+            "invalid settings: train.learning_rate: expected a finite number, got nan",
+        ),
+        (
+            ["--minutes", "inf"],
+            "invalid settings: train.budget_minutes: expected a finite number > 0 (or null: no "
+            "budget), got inf",
+        ),
+        (
+            ["--size", "99999999999"],
+            "invalid settings: num_customers: expected 2 to 100000, got 99999999999",
+        ),
+    ],
+)
+def test_numbers_out_of_range_are_refused_in_one_line_before_training(
+    flags, message, tmp_path, capsys
+) -> None:
+    """Before: set_num_threads' RuntimeError, an inf learning rate failing an epoch in, a
+    1.46 TiB allocation for --size."""
+    out = tmp_path / "out"
+    err = _refused([*_flags(), "--out", str(out), *flags], capsys)
+    assert err == f"linc-train: {message}"
+    assert not out.exists()

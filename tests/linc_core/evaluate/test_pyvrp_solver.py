@@ -198,3 +198,22 @@ def test_bad_arguments_are_rejected():
         build_model(instance, 3)
     with pytest.raises(ValueError, match="seconds"):
         solve_with_pyvrp(instance, seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"seconds": math.nan}, "seconds: expected a finite number > 0, got nan"),  # was: a hang
+        ({"seconds": math.inf}, "seconds: expected a finite number > 0, got inf"),
+        ({"seconds": 1.0, "seed": -1}, "seed: expected an integer from 0 to 4294967295, got -1"),
+        (
+            {"seconds": 1.0, "seed": 2**32},
+            "seed: expected an integer from 0 to 4294967295, got 4294967296",
+        ),
+    ],
+)
+def test_a_budget_that_never_ends_or_a_seed_pyvrp_cannot_take_is_refused(arguments, message):
+    """Every caller is covered (the evaluation's PyVRP cache too), not only linc-solve."""
+    with pytest.raises(ValueError) as err:
+        solve_with_pyvrp(tiny_cvrptw(), **arguments)
+    assert str(err.value) == message

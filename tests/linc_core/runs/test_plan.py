@@ -212,3 +212,24 @@ def test_a_generated_cvrp_size_without_a_standard_capacity_is_refused_when_plann
         DataSource("generated", "cvrp", 6)
     assert DataSource("generated", "cvrp", 10).num_customers == 10
     assert DataSource("generated", "tsp", 6).num_customers == 6
+
+
+@pytest.mark.parametrize("customers", [1, 100_001, 99_999_999_999_999_999_999])
+def test_a_training_size_outside_2_to_100000_customers_is_refused(customers: int) -> None:
+    expected = f"num_customers: expected 2 to 100000, got {customers}"
+    with pytest.raises(ValueError, match=rf"^{expected}$"):
+        DataSource("dataset", "cvrptw", customers, uri="data/x")
+    assert DataSource("dataset", "cvrptw", 100_000, uri="data/x").num_customers == 100_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"limit": -3}, "limit: expected >= 1 or null, got -3"),
+        ({"max_customers": 0}, "max_customers: expected >= 1 or null, got 0"),
+        ({"also": ("greedy",)}, "also: expected decodings other than 'greedy', each once"),
+    ],
+)
+def test_an_evaluation_refuses_its_bad_settings(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}"):
+        EvaluationSource("validation", **kwargs)

@@ -1,0 +1,66 @@
+"""``linc-report --tracking-uri``: a SQLite path that is no MLflow store is refused in one
+line, exit 2, and left as it was (MLflow would print SQLAlchemy's traceback, retry a folder
+for minutes, or create its tables in the file)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sweeps.report import _not_a_store
+from sweeps.report import main as report_main
+
+
+def _stores(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "garbage.db").write_bytes(b"not a database at all, " * 10)
+    (tmp_path / "empty.db").write_bytes(b"")
+    with sqlite3.connect(tmp_path / "other.db") as other:
+        other.execute("CREATE TABLE notes (text TEXT)")
+    (tmp_path / "a?b#c.db").write_bytes(b"x" * 100)  # URI characters in the name
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "zero-link.db").symlink_to("/dev/zero")
+    return {
+        "device": Path("/dev/zero"),
+        "folder": tmp_path / "folder",
+        "link_to_a_device": tmp_path / "zero-link.db",
+        "garbage": tmp_path / "garbage.db",
+        "empty": tmp_path / "empty.db",
+        "other_database": tmp_path / "other.db",
+        "uri_characters": tmp_path / "a?b#c.db",
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ("device", "not a file"),
+        ("folder", "not a file"),
+        ("link_to_a_device", "not a file"),
+        ("garbage", "not an SQLite database (file is not a database)"),
+        ("empty", "an SQLite file without MLflow's tables"),
+        ("other_database", "an SQLite file without MLflow's tables"),
+        ("uri_characters", "not an SQLite database (file is not a database)"),
+    ],
+)
+def test_a_sqlite_path_that_is_no_mlflow_store_is_one_line_and_left_unchanged(
+    case, problem, tmp_path, capsys
+) -> None:
+    path = _stores(tmp_path)[case]
+    before = path.read_bytes() if path.is_file() else None
+    assert report_main(["ablation", "--tracking-uri", f"sqlite:///{path}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"linc-report: --tracking-uri: {path} is {problem}\n"
+    assert "Traceback" not in captured.out + captured.err
+    if before is not None:
+        assert path.read_bytes() == before  # no MLflow tables created, nothing written
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(("-journal", "-wal"))) == []
+
+
+def test_a_file_with_mlflows_tables_is_a_store(tmp_path) -> None:
+    with sqlite3.connect(tmp_path / "mlflow.db") as store:
+        store.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+    assert _not_a_store(tmp_path / "mlflow.db") is None
+    (tmp_path / "link.db").symlink_to(tmp_path / "mlflow.db")
+    assert _not_a_store(tmp_path / "link.db") is None
