@@ -5,6 +5,11 @@ config stay relative to where the command was started, and are made absolute bef
 handed to Ray workers. Every entry point runs through :func:`run_cli`: config errors (Hydra's
 and linc's) exit 2 with one line, and ``--cfg job`` prints the composed config instead of
 running (``--cfg plan``: the effective settings the overrides resolve to).
+
+A command line is checked before Hydra reads a file (:func:`refuse_unsafe`): a group takes one
+of its own files, ``hydra.*`` is not linc's, and a value is taken as written (no ``${...}``
+resolved into it): nothing outside ``sweeps/conf`` is loaded, no environment variable is read
+into a config that is logged and printed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,18 @@ SWEEP_POINTERS = {
     ),
     "generate": "linc-generate writes one data set per command: run it once per value",
 }
+HYDRA_REFUSAL = (
+    "Hydra's own settings (hydra.searchpath, hydra.run, hydra.sweep, hydra.job, hydra.launcher, "
+    "hydra.sweeper, hydra.callbacks, hydra.job_logging, hydra.hydra_logging, hydra.output_subdir, "
+    "hydra.verbose, ...) are not accepted: linc composes only sweeps/conf and starts no Hydra "
+    "job, so each would change nothing or read configs from elsewhere; --help lists linc's "
+    "groups and keys"
+)
+INTERPOLATION_REFUSAL = (
+    "a value on the command line is taken as written: no ${...} interpolation (it would copy "
+    "an environment variable or another key into a config that is logged and printed); write "
+    "the value itself"
+)
 
 
 def _merge_free_form(override: str) -> str:
@@ -64,15 +81,85 @@ def compose_mapping(overrides: Sequence[str] = (), config_name: str = "config") 
 
 
 def compose_tree(overrides: Sequence[str], config_name: str, *, with_choices: bool = False):
-    """Hydra's composed ``DictConfig`` (unresolved); ``with_choices`` adds ``hydra.runtime``."""
+    """Hydra's composed ``DictConfig`` (unresolved); ``with_choices`` adds ``hydra.runtime``.
+
+    Raises:
+        ConfigError: an override :func:`refuse_unsafe` refuses; a config file YAML cannot read.
+    """
+    import yaml
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(CONFIG_TREES[config_name]), version_base="1.3"):
-        return compose(
-            config_name=config_name,
-            overrides=[_merge_free_form(o) for o in overrides],
-            return_hydra_config=with_choices,
-        )
+    refuse_unsafe(overrides, config_name)
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_TREES[config_name]), version_base="1.3"):
+            return compose(
+                config_name=config_name,
+                overrides=[_merge_free_form(o) for o in overrides],
+                return_hydra_config=with_choices,
+            )
+    except yaml.YAMLError as err:  # a shipped file edited into one YAML refuses (its name in it)
+        raise ConfigError(f"cannot read a config file: {' '.join(str(err).split())}") from None
+
+
+def refuse_unsafe(overrides: Sequence[str], config_name: str) -> None:
+    """Refuse, before Hydra reads a file, an override that would load or resolve anything
+    from outside the config tree: a config group's value that is not one of its files (Hydra
+    joins it to the group's folder: ``task=../../../tmp/x`` reads ``/tmp/x.yaml``), a folder of
+    the tree that is not a group, any ``hydra.*`` (``hydra.searchpath`` adds folders to read
+    groups from) and an interpolation in a value (``${oc.env:NAME}`` copies an environment
+    variable, a secret too, into a config that is logged and printed).
+
+    Raises:
+        ConfigError: one line naming the override (and the options, the closest first).
+    """
+    groups = config_groups(config_name)
+    tree = CONFIG_TREES[config_name]
+    for text, override in zip(overrides, _parsed(overrides, config_name), strict=True):
+        key, value = override.key_or_group, override.value()
+        if "hydra" in (key.split("/")[0].split(".")[0], (override.package or "").split(".")[0]):
+            raise ConfigError(f"{text}: {HYDRA_REFUSAL}")
+        if "${" in text.partition("=")[2] or _holds_interpolation(value):
+            raise ConfigError(f"{text}: {INTERPOLATION_REFUSAL}")
+        if key not in groups and ("/" in key or (tree / key).is_dir()):
+            hint = did_you_mean(key, groups)
+            raise ConfigError(f"{text}: no config group {key!r}{hint}; groups: {', '.join(groups)}")
+        if key in groups and value is not None and value not in groups[key]:
+            hint = did_you_mean(value, groups[key]) if isinstance(value, str) else ""
+            raise ConfigError(
+                f"{text}: group {key!r} has no option {value!r}{hint}; "
+                f"options: {', '.join(groups[key])}"
+            )
+
+
+def _holds_interpolation(value: Any) -> bool:
+    """Whether a parsed override value (nested lists and mappings too) holds ``${``."""
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(map(_holds_interpolation, [*value, *value.values()]))
+    if isinstance(value, list):
+        return any(map(_holds_interpolation, value))
+    return False
+
+
+def _parsed(overrides: Sequence[str], config_name: str) -> list[Any]:
+    """Hydra's reading of each override; a ``ConfigError`` for one it cannot read or a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    parsed = []
+    for text in overrides:
+        try:
+            [override] = parser.parse_overrides([text])
+        except HydraException:
+            raise ConfigError(
+                f"cannot read {text!r}: expected key=value or group=option ({GRAMMAR_URL})"
+            ) from None
+        if override.is_sweep_override():
+            raise ConfigError(f"{text!r} is a sweep; {sweep_pointer(config_name)}")
+        parsed.append(override)
+    return parsed
 
 
 def config_groups(config_name: str = "config") -> dict[str, list[str]]:
@@ -91,34 +178,21 @@ def sweep_pointer(config_name: str) -> str:
 
 
 def diagnose(overrides: Sequence[str], config_name: str) -> str | None:
-    """One line naming the first override Hydra refused and what was probably meant.
+    """One line naming the first override Hydra refused (after :func:`refuse_unsafe`'s checks)
+    and what was probably meant.
 
-    Hydra's own messages suggest ``+key`` for a typo'd key (which then fails later, or adds a
-    key nothing reads) and ``--multirun`` for a comma value; linc answers with the closest known
-    group, option or key instead. None when no override is at fault (e.g. a missing value).
+        Hydra's own messages suggest ``+key`` for a typo'd key (which then fails later, or adds a
+        key nothing reads) and ``--multirun`` for a comma value; linc answers with the closest known
+        group, option or key instead. None when no override is at fault (e.g. a missing value).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import HydraException
 
-    parser = OverridesParser.create()
     groups = config_groups(config_name)
-    parsed = []
-    for text in overrides:
-        try:
-            [override] = parser.parse_overrides([text])
-        except HydraException:
-            return f"cannot read {text!r}: expected key=value or group=option ({GRAMMAR_URL})"
-        if override.is_sweep_override():
-            return f"{text!r} is a sweep; {sweep_pointer(config_name)}"
-        parsed.append(override)
-    for override in parsed:
-        key, value = override.key_or_group, override.value()
-        if key in groups and isinstance(value, str) and value not in groups[key]:
-            return (
-                f"{key}={value}: group {key!r} has no option {value!r}"
-                f"{did_you_mean(value, groups[key])}; options: {', '.join(groups[key])}"
-            )
+    try:
+        parsed = _parsed(overrides, config_name)
+    except ConfigError as err:
+        return str(err)
     chosen = [o.input_line for o in parsed if o.key_or_group in groups]
     try:
         known = set(_dotted_keys(compose_tree(chosen, config_name)))
@@ -183,11 +257,14 @@ __all__ = [
     "CONFIG_TREES",
     "FREE_FORM_KEYS",
     "GRAMMAR_URL",
+    "HYDRA_REFUSAL",
+    "INTERPOLATION_REFUSAL",
     "SWEEP_POINTERS",
     "compose_mapping",
     "compose_tree",
     "config_groups",
     "diagnose",
     "load_platform_config",
+    "refuse_unsafe",
     "sweep_pointer",
 ]

@@ -103,7 +103,7 @@ class PlatformConfig:
         search_spec = build(SearchSpec, search, "search") if search else None
         if search_spec is not None:
             within("search", lambda: search_spec.require_reported(run))
-        return cls(
+        config = cls(
             run=run,
             tracking=build(TrackingSpec, values.get("tracking"), "tracking"),
             cluster=cluster,
@@ -113,10 +113,28 @@ class PlatformConfig:
             raw=values,
             console=build(ConsoleSpec, values.get("console"), "console"),
         )
+        if search_spec is not None:  # once the rest is valid: a refusal is then the search's
+            _require_searchable(values, search_spec)
+        return config
 
     def with_values(self, **dotted: Any) -> dict[str, Any]:
         """A copy of the raw mapping with ``section.key`` values replaced (``model.variant``)."""
         return with_dotted(self.raw, dotted)
+
+
+def _require_searchable(values: Mapping[str, Any], search: SearchSpec) -> None:
+    """Refuse a searched key that names no setting, or a choice or a range's end that its
+    setting refuses (``model.variant`` choice ``evil``, ``train.learning_rate`` low -5): each
+    put alone into the config, the others searched left out (so that a trial, whose config
+    holds the values drawn for them, checks what the driver checked) and validated as any
+    config is, before the search starts rather than in every trial."""
+    base = {section: part for section, part in values.items() if section != "search"}
+    base = _without_dotted(base, search.space)
+    for key, which, value in search.edges():
+        try:
+            PlatformConfig.from_mapping(with_dotted(base, {key: value}))
+        except ConfigError as err:
+            raise ConfigError(f"search.space.{key}: {which} {value!r} is refused: {err}") from None
 
 
 def dotted_get(values: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -168,6 +186,17 @@ def with_dotted(values: Mapping[str, Any], dotted: Mapping[str, Any]) -> dict[st
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
+    return result
+
+
+def _without_dotted(values: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """Deep copy of ``values`` without the ``"a.b"`` keys (those that are there)."""
+    result = _deep_copy(values)
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node = dotted_get(result, ".".join(parents)) if parents else result
+        if isinstance(node, dict):
+            node.pop(leaf, None)
     return result
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from linc_core.config import ProblemName
-from linc_core.runs.plan import DataSource, EvaluationSource
+from linc_core.runs.plan import MAX_CUSTOMERS, DataSource, EvaluationSource
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import check_fields, require
 
@@ -70,7 +70,10 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require(self.num_customers >= 2, "num_customers", self.num_customers, ">= 2")
+        customers = self.num_customers
+        require(
+            2 <= customers <= MAX_CUSTOMERS, "num_customers", customers, f"2 to {MAX_CUSTOMERS}"
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,10 @@ class DataSpec:
                 "a benchmark)",
             )
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
-        require(self.eval_pyvrp_seconds >= 0, "eval_pyvrp_seconds", self.eval_pyvrp_seconds, ">= 0")
+        try:  # the evaluation's own rules (EvaluationSource's), under this section's names
+            self.evaluation()
+        except ValueError as err:  # its keys are ours without "eval_": "limit: expected ..."
+            raise ValueError(f"eval_{err}") from None
 
     def for_task(self, task: TaskSpec, chosen: bool) -> DataSpec:
         """This data, its final evaluation on instances of the task's problem: a fixed set of

@@ -141,6 +141,22 @@ class SearchSpec:
             numbers = isinstance(low, int | float) and isinstance(high, int | float)
             require(numbers and low < high, where, spec, "numeric low < high")
             require(kind != "loguniform" or low > 0, where, spec, "low > 0 for loguniform")
+            require(kind != "randint" or int(low) < int(high), where, spec, "int low < int high")
+
+    def edges(self) -> list[tuple[str, str, Any]]:
+        """``(key, which, value)`` for each value at the edges of what the search may give a
+        trial: every choice, a range's ends as a trial receives them (floats for uniform and
+        loguniform; randint's ints, ``high`` excluded as Tune's ``randint`` excludes it)."""
+        found: list[tuple[str, str, Any]] = []
+        for key, spec in self.space.items():
+            kind = spec["distribution"]
+            if kind == "choice":
+                found += [(key, "choice", value) for value in spec["values"]]
+            elif kind == "randint":
+                found += [(key, "low", int(spec["low"])), (key, "high - 1", int(spec["high"]) - 1)]
+            else:
+                found += [(key, "low", float(spec["low"])), (key, "high", float(spec["high"]))]
+        return found
 
     def require_reported(self, run: RunPlan, *, every_report: bool = False) -> None:
         """Raise ``ValueError`` naming a metric of the search that the trials of ``run`` do not

@@ -200,7 +200,7 @@ def test_variant_switches_win_over_protocol_settings() -> None:
         ("data=dataset", "data.uri"),
         ("ablation.compare_to=no_local", "ablation.compare_to"),
         ("ablation.variants=all", "ablation.variants: expected a list of variants or one of"),
-        ("task.num_customers=1", "task.num_customers: expected >= 2, got 1"),
+        ("task.num_customers=1", "task.num_customers: expected 2 to 100000, got 1"),
         ("data=solomon50 task=tsp", "task.problem: expected cvrptw for the solomon50 set"),
         ("train.protocol=ablation", "train.protocol: 'ablation' trains on data source"),
         ("train.protocol=paper", "train.protocol: expected one of ['ablation', 'generated']"),
@@ -442,3 +442,81 @@ def test_the_config_tree_lists_every_training_setting() -> None:
     assert listed - {"protocol"} == fields
     chunked = load_platform_config(["preset=smoke", "train.replay_chunk=4"])
     assert chunked.run.train.replay_chunk == 4
+
+
+VARIANTS = (
+    "'baseline', 'centered_mlp', 'full_linc', 'full_mu_summary', 'group_mean', 'naive_mlp', "
+    "'no_depth_mixer', 'no_gateattn', 'no_local', 'no_soft_top1', 'no_step_summary', "
+    "'polynet', 'pomo', 'raw_linear'"
+)
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        (
+            "{model.variant: {distribution: choice, values: [full_linc, evil]}}",
+            "search.space.model.variant: choice 'evil' is refused: model.variant: expected one "
+            f"of [{VARIANTS}], got 'evil'",
+        ),
+        (
+            "{train.learning_rate: {distribution: uniform, low: -5, high: 0.1}}",
+            "search.space.train.learning_rate: low -5.0 is refused: train.learning_rate: "
+            "expected > 0, got -5.0",
+        ),
+        (
+            "{train.epochs: {distribution: uniform, low: 1, high: 3}}",  # a trial gets floats
+            "search.space.train.epochs: low 1.0 is refused: train.epochs: expected int, got 1.0",
+        ),
+        (
+            "{train.batch_size: {distribution: randint, low: 0, high: 4}}",
+            "search.space.train.batch_size: low 0 is refused: train.batch_size: expected >= 1, "
+            "got 0",
+        ),
+        (
+            "{model.overrides.scorer: {distribution: choice, values: [linc, attention]}}",
+            "search.space.model.overrides.scorer: choice 'attention' is refused: "
+            "model.overrides.scorer: expected one of ('baseline', 'linc', 'mlp'), got 'attention'",
+        ),
+        (
+            "{train.epochs: {distribution: randint, low: 1.2, high: 1.9}}",  # randint(1, 1)
+            "search.space.train.epochs: expected int low < int high, got {'distribution': "
+            "'randint', 'low': 1.2, 'high': 1.9}",
+        ),
+        (
+            "{train.nonexistent: {distribution: uniform, low: 0.1, high: 1}}",
+            "search.space.train.nonexistent: low 0.1 is refused: train: unknown key(s) "
+            "['nonexistent']",
+        ),
+        (
+            "{model.overrides.nope: {distribution: choice, values: [1]}}",
+            "search.space.model.overrides.nope: choice 1 is refused: model.overrides: unknown "
+            "key(s) ['nope']",
+        ),
+    ],
+)
+def test_a_searched_key_or_value_its_setting_refuses_is_one_line(space, message, capsys) -> None:
+    from sweeps.hpo import main as hpo
+
+    assert hpo([f"search.space={space}", "--cfg", "plan", "-p", "train.epochs"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"linc-hpo: invalid config: {message}")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["search=switches"],
+        ["search=learning_rate"],
+        ["search.space={model.variant: {distribution: choice, values: [baseline, pomo]}}"],
+        ["search.space={train.epochs: {distribution: randint, low: 1, high: 3}}"],
+    ],
+)
+def test_searches_of_real_settings_pass_and_their_trials_configs_too(overrides) -> None:
+    config = load_platform_config(["preset=smoke", *overrides])
+    assert config.search is not None
+    edges = config.search.edges()
+    drawn = {key: value for key, _, value in reversed(edges)}  # each key's first edge
+    for trial in [drawn, *({key: value} for key, _, value in edges)]:  # a trial's values
+        assert PlatformConfig.from_mapping(with_dotted(config.raw, trial)).search == config.search
