@@ -22,13 +22,13 @@ Sections (see ``sweeps/conf/config.yaml`` for the defaults and their meaning):
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from linc_core.config import ProblemName
 from linc_core.runs.plan import MAX_CUSTOMERS, DataSource, EvaluationSource
+from linc_core.utils.files import PLAIN_NAME_PATTERN
 from linc_core.utils.seeding import derive_seed
 from linc_core.utils.typed import check_fields, require
 
@@ -37,7 +37,7 @@ from linc_core.utils.typed import check_fields, require
 # (models:/NAME), a tag in an MLflow filter. ASCII letters, digits, '_', '.' and '-', not
 # starting with '.' or '-': never '..', '/', '\\', a hidden file, an option or a quote, so a name
 # cannot reach outside the folder it is joined to, whatever a shell or URL decoding made of it.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+NAME_PATTERN = PLAIN_NAME_PATTERN  # one rule for a name that becomes a path component
 NAME_RULE = (
     "a name of letters, digits, '_', '.' and '-', not starting with '.' or '-' (one folder "
     "name: no '/'), at most 128 characters"
