@@ -16,7 +16,8 @@ name            files         problem   best-known column in ``bks.csv``        
 ==============  ============  ========  ======================================  ==========
 
 Download (``linc-data download SET --dest DIR``): vrplib 2.2.0 no longer ships a downloader,
-so files are fetched with ``urllib`` from CVRPLIB's per-file layout::
+so files are fetched (``linc_core.utils.files.open_url``: http(s), or ``file://`` for a local
+mirror) from CVRPLIB's per-file layout::
 
     {base}/{remote_set}/{name}.{ext}      instance (ext "vrp" for CVRP, "txt" for VRPTW)
     {base}/{remote_set}/{name}.sol        best-known solution
@@ -35,7 +36,6 @@ import csv
 import io
 import os
 import re
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,7 @@ from typing import IO
 from linc_core.instances import Instance, InstanceError, read_cvrplib, read_solomon, read_solution
 from linc_core.instances.reading import read_text
 from linc_core.problems.spec import problem_spec
+from linc_core.utils import files
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.files import PLAIN_NAME_RULE, FileRefusedError, copy_capped, is_plain_name
 
@@ -283,7 +284,7 @@ def download_file(
     target: str | os.PathLike[str],
     check: Callable[[Path], object],
     *,
-    opener: Opener = urllib.request.urlopen,
+    opener: Opener = files.open_url,
     timeout: float = 60.0,
     max_bytes: int = MAX_DOWNLOAD_BYTES,
     max_seconds: float = MAX_DOWNLOAD_SECONDS,
@@ -298,7 +299,7 @@ def download_file(
         url: any URL ``opener`` understands (``http(s)://``, ``file://``).
         target: final path.
         check: called with the temporary path; raise to reject the file.
-        opener: ``urllib.request.urlopen`` or a stand-in with the same call shape.
+        opener: :func:`linc_core.utils.files.open_url` or a stand-in with its call shape.
         timeout: seconds one read may wait (passed to ``opener``).
         max_bytes, max_seconds: most bytes and seconds the file may take
             (:func:`linc_core.utils.files.copy_capped`); past either, the download stops.
@@ -339,7 +340,7 @@ def download_set(
     solutions: bool = False,
     base_url: str | None = None,
     overwrite: bool = False,
-    opener: Opener = urllib.request.urlopen,
+    opener: Opener = files.open_url,
 ) -> list[Path]:
     """Download a set's instances (and optionally solutions) into ``dest``.
 

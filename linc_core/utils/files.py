@@ -10,6 +10,8 @@ and a file over the reader's cap is refused before it is read, naming its size a
 
 :data:`PLAIN_NAME_PATTERN` is the rule for a name that becomes one path component (a file or
 folder name built from input: a downloaded instance's, say): no separator, no ``..``.
+:func:`open_url` opens a download's URL: ``file://`` through :func:`open_regular_file`, ``http``
+and ``https`` through urllib, any other scheme refused.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import re
 import stat
 import time
+import urllib.parse
+import urllib.request
 from typing import BinaryIO
 
 # A name that may become one path component: it starts with a letter, digit or "_" (so "." and
@@ -161,6 +165,28 @@ def copy_capped(
     return copied
 
 
+def open_url(url: str, timeout: float) -> BinaryIO:
+    """``url`` opened for reading: ``http(s)://`` through urllib (``timeout``: seconds one read
+    may wait), ``file:///path`` as a local regular file (:func:`open_regular_file`: a FIFO or a
+    device behind a mirror's URL is refused, not waited on).
+
+    Raises:
+        FileRefusedError: another scheme (``ftp``, ``data``), a ``file://`` URL naming a remote
+            host, or a local path that is no regular file.
+        OSError: the fetch fails (urllib's ``URLError``, a missing file).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            problem = "a file:// URL names a local file (file:///path)"
+            raise FileRefusedError(url, f"host {parts.netloc!r}", problem)
+        return open_regular_file(urllib.request.url2pathname(parts.path), source=url)
+    if parts.scheme not in ("http", "https"):
+        problem = "expected an http://, https:// or file:// URL"
+        raise FileRefusedError(url, f"scheme {parts.scheme!r}", problem)
+    return urllib.request.urlopen(url, timeout=timeout)
+
+
 def _over_cap(max_bytes: int) -> str:
     return f"larger than the {size_in_words(max_bytes)} this reader accepts"
 
@@ -173,6 +199,7 @@ __all__ = [
     "copy_capped",
     "is_plain_name",
     "open_regular_file",
+    "open_url",
     "read_regular_file",
     "size_in_words",
 ]

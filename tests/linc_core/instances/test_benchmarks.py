@@ -408,3 +408,22 @@ def test_the_default_cvrplib_url_is_plain_http() -> None:
     # CVRPLIB's host served plain http when this was written: files are checked by the readers
     # after download, so a tampered one can only fail the checks or be wrong data, never code.
     assert CVRPLIB_URL.startswith("http://vrp.atd-lab.inf.puc-rio.br/")
+
+
+def test_a_mirror_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    (mirror / "Solomon").mkdir(parents=True)
+    os.mkfifo(mirror / "Solomon" / "C101.txt")
+    dest = tmp_path / "dest"
+    out = fresh_python(
+        "import sys\n"
+        "from linc_core.commands.data import main\n"
+        "sys.stderr = sys.stdout\n"
+        f"print(main(['download', 'solomon100', '--dest', {str(dest)!r}, '--names', 'C101',"
+        f" '--base-url', {mirror.as_uri()!r}]))\n",
+        timeout=30,
+    )
+    url = f"{mirror.as_uri()}/Solomon/C101.txt"
+    assert f"{url}: download stopped: a named pipe (FIFO): expected a regular file" in out
+    assert out.endswith("\n1\n")  # the command's exit status
+    assert not (dest / "C101.txt").exists()

@@ -20,6 +20,7 @@ from linc_core.utils.files import (
     copy_capped,
     is_plain_name,
     open_regular_file,
+    open_url,
     read_regular_file,
     size_in_words,
 )
@@ -184,3 +185,26 @@ def test_sizes_read_as_words() -> None:
         "64 MiB",
         "2.3 GiB",
     ]
+
+
+def test_open_url_reads_a_local_file_and_refuses_a_fifo_another_host_or_scheme(
+    tmp_path: Path,
+) -> None:
+    good = tmp_path / "C101.txt"
+    good.write_bytes(b"C101\n")
+    with open_url(good.as_uri(), timeout=5) as stream:
+        assert stream.read() == b"C101\n"
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    with writer_after(fifo):
+        err, seconds = refused(open_url, fifo.as_uri(), timeout=5)
+    assert seconds < 1.0
+    assert (err.path, err.value) == (fifo.as_uri(), "a named pipe (FIFO)")
+    for url, value in [
+        ("file://mirror.example/x/C101.txt", "host 'mirror.example'"),
+        ("ftp://mirror.example/C101.txt", "scheme 'ftp'"),
+        ("data:text/plain,C101", "scheme 'data'"),
+        ("/tmp/C101.txt", "scheme ''"),
+    ]:
+        err, _ = refused(open_url, url, timeout=5)
+        assert (err.path, err.value) == (url, value)
