@@ -38,10 +38,8 @@ The tracking store defaults to ``$MLFLOW_TRACKING_URI``, else ``runs/mlflow.db``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -193,6 +191,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _existing_store(given: str | None) -> str | None:
     """The tracking store to read (None: there is none; the line saying so is printed)."""
+    from orchestration.experiment.preflight import check_readable_store
+    from orchestration.failures import SweepRefused
     from orchestration.tracking.store import resolve_tracking_uri
 
     tracking_uri = given or os.environ.get("MLFLOW_TRACKING_URI")
@@ -204,39 +204,12 @@ def _existing_store(given: str | None) -> str | None:
         )
         return None
     tracking_uri = resolve_tracking_uri(tracking_uri)
-    if tracking_uri.startswith("sqlite:///"):
-        database = Path(tracking_uri.removeprefix("sqlite:///"))
-        if not database.exists():  # reading must not create an empty store
-            print(
-                f"linc-report: --tracking-uri: no database at {redact(str(database))}",
-                file=sys.stderr,
-            )
-            return None
-        problem = _not_a_store(database)
-        if problem is not None:
-            print(
-                f"linc-report: --tracking-uri: {redact(str(database))} is {problem}",
-                file=sys.stderr,
-            )
-            return None
-    return tracking_uri
-
-
-def _not_a_store(database: Path) -> str | None:
-    """Why the SQLite file ``database`` is no MLflow store (None: it is one), read without a
-    write: MLflow would retry a folder for minutes, print SQLAlchemy's traceback for a device
-    or another kind of file, and create its tables in an empty file or another database."""
-    if not database.is_file():  # a folder, /dev/zero, a link to either
-        return "not a file"
-    uri = f"{database.resolve().as_uri()}?mode=ro"  # read-only: the file is left as it is
     try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
-            found = connection.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'"
-            ).fetchone()
-    except sqlite3.Error as err:
-        return f"not an SQLite database ({err})"
-    return None if found else "an SQLite file without MLflow's tables"
+        check_readable_store("--tracking-uri", tracking_uri)
+    except SweepRefused as err:
+        print(f"linc-report: {err}", file=sys.stderr)
+        return None
+    return tracking_uri
 
 
 def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dict[str, bytes]]:
@@ -323,8 +296,10 @@ def check_output_folder(flag: str, folder: Path) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from orchestration.failures import one_line
     from orchestration.report.ablation import finished_trial_runs, run_rows
 
     tracking_uri = _existing_store(args.tracking_uri)
@@ -332,11 +307,15 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     if args.table == "register":
         return _register(tracking_uri, args.run, args.name)
-    client = MlflowClient(tracking_uri=tracking_uri)
     try:
+        client = MlflowClient(tracking_uri=tracking_uri)
         rows = run_rows(finished_trial_runs(client, args.experiment, sweep=args.sweep))
     except LookupError as err:
         print(f"linc-report: {redact(str(err))}", file=sys.stderr)
+        return 2
+    except MlflowException as err:  # a store MLflow refuses (an unknown scheme, a folder store)
+        reason = one_line(err, limit=300)
+        print(f"linc-report: --tracking-uri: {redact(tracking_uri)}: {reason}", file=sys.stderr)
         return 2
     if not rows:
         raise ConfigError(_no_rows(client, args))

@@ -6,7 +6,8 @@ and the place, not after Ray started, a parent run was created and every trial r
 * ``cluster.storage``: writable (a probe object written and deleted, local folder or S3);
 * ``tracking.uri``: a SQLite store's folder writable and its database open for writing; a server
   answers (``search_experiments``, failing fast); another database (``postgresql://...``) takes
-  a connection (:func:`check_database`, also of ``search.storage``);
+  a connection (:func:`check_database`, also of ``search.storage``); a reader's store
+  (``linc-report``'s) there and readable, nothing created (:func:`check_readable_store`);
 * ``data.uri`` / ``data.eval_uri``: a data set's manifest readable and of the task's problem;
   a benchmark (``eval_source: benchmark``) read, not empty, of the task's problem; a fixed
   evaluation set (``solomon50``) of the task's problem.
@@ -18,6 +19,7 @@ one line and exit 2), its URIs and reasons masked
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -105,11 +107,50 @@ def check_tracking(uri: str) -> None:
     if uri.startswith("sqlite:///"):
         _check_sqlite(uri)
     elif uri.startswith(("http://", "https://")):
-        _check_server(uri)
+        check_server(uri)
     elif "://" not in uri or uri.startswith("file://"):
         check_writable("tracking.uri", uri.removeprefix("file://"))
     elif uri.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "mysql", "mssql"):
         check_database("tracking.uri", uri)
+
+
+def check_readable_store(setting: str, uri: str) -> None:
+    """The store ``uri`` can be read and is already there (a reader must not create an empty
+    one): a server answers, a database takes a connection, a SQLite file or a folder store
+    exists and a SQLite file holds MLflow's tables (opened read-only). Other schemes are left
+    to MLflow."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme in ("http", "https"):
+        check_server(uri, setting)
+    elif scheme in ("postgresql", "mysql", "mssql"):
+        check_database(setting, uri)
+    elif scheme in ("sqlite", "file", ""):
+        path = Path(uri.removeprefix("sqlite:///").removeprefix("file://")).expanduser()
+        if not path.exists():
+            raise SweepRefused(
+                f"{setting}: no {'database' if scheme == 'sqlite' else 'store'} "
+                f"at {redact(str(path))}"
+            )
+        problem = _not_a_store(path) if scheme == "sqlite" else None
+        if problem is not None:
+            raise SweepRefused(f"{setting}: {redact(str(path))} is {problem}")
+
+
+def _not_a_store(database: Path) -> str | None:
+    """Why the SQLite file ``database`` is no MLflow store (None: it is one), read without a
+    write: MLflow would retry a folder for minutes, print SQLAlchemy's traceback for a device
+    or another kind of file, and create its tables in an empty file or another database."""
+    if not database.is_file():  # a folder, /dev/zero, a link to either
+        return "not a file"
+    uri = f"{database.resolve().as_uri()}?mode=ro"  # read-only: the file is left as it is
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+            found = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'"
+            ).fetchone()
+    except sqlite3.Error as err:
+        return f"not an SQLite database ({err})"
+    return None if found else "an SQLite file without MLflow's tables"
 
 
 def check_database(setting: str, url: str) -> None:
@@ -176,7 +217,9 @@ def _check_sqlite(uri: str) -> None:
         raise SweepRefused(f"tracking.uri: cannot write to {path} ({_reason(err)})") from None
 
 
-def _check_server(uri: str) -> None:
+def check_server(uri: str, setting: str = "tracking.uri") -> None:
+    """The MLflow server at ``uri`` answers a search, failing fast (``REQUEST_SETTINGS``: a
+    few seconds, not MLflow's minutes of retries); ``setting`` names it in the refusal."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -185,7 +228,7 @@ def _check_server(uri: str) -> None:
     try:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except (MlflowException, OSError) as err:
-        message = f"tracking.uri: the store {redact(uri)} does not answer ({_reason(err)})"
+        message = f"{setting}: the store {redact(uri)} does not answer ({_reason(err)})"
         raise SweepRefused(message) from None
 
 
@@ -200,6 +243,8 @@ def _reason(err: BaseException) -> str:
 __all__ = [
     "check_database",
     "check_readable",
+    "check_readable_store",
+    "check_server",
     "check_tracking",
     "check_writable",
     "preflight",

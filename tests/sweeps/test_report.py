@@ -1,15 +1,19 @@
 """``linc-report --tracking-uri``: a SQLite path that is no MLflow store is refused in one
 line, exit 2, and left as it was (MLflow would print SQLAlchemy's traceback, retry a folder
-for minutes, or create its tables in the file)."""
+for minutes, or create its tables in the file); so are a folder store that is not there (MLflow
+would create it), a server that does not answer (MLflow retries for minutes) and a scheme
+MLflow refuses (its traceback)."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
-from sweeps.report import _not_a_store
+from orchestration.experiment.preflight import _not_a_store
 from sweeps.report import main as report_main
 
 
@@ -64,3 +68,34 @@ def test_a_file_with_mlflows_tables_is_a_store(tmp_path) -> None:
     assert _not_a_store(tmp_path / "mlflow.db") is None
     (tmp_path / "link.db").symlink_to(tmp_path / "mlflow.db")
     assert _not_a_store(tmp_path / "link.db") is None
+
+
+def test_a_missing_folder_store_is_refused_and_not_created(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow would create it
+    for uri in (str(tmp_path / "mlruns"), (tmp_path / "mlruns").as_uri()):
+        assert report_main(["budget", "--tracking-uri", uri]) == 2
+        assert capsys.readouterr().err == (
+            f"linc-report: --tracking-uri: no store at {tmp_path / 'mlruns'}\n"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_server_that_does_not_answer_is_one_line_in_seconds(capsys) -> None:
+    with socket.socket() as closed:  # a port that was just free: nothing listens on it
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    start = time.monotonic()
+    assert report_main(["budget", "--tracking-uri", f"http://127.0.0.1:{port}"]) == 2
+    assert time.monotonic() - start < 30  # MLflow's own retries took minutes
+    assert capsys.readouterr().err == (
+        f"linc-report: --tracking-uri: the store http://127.0.0.1:{port} does not answer "
+        "(Connection refused)\n"
+    )
+
+
+def test_a_scheme_mlflow_refuses_is_one_line_with_its_password_masked(capsys) -> None:
+    assert report_main(["budget", "--tracking-uri", "foo://linc:hunter2hunter2@db/x"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("linc-report: --tracking-uri: foo://linc:***@db/x: ")
+    assert "unsupported URI" in captured.err and captured.err.count("\n") == 1
+    assert "hunter2" not in captured.out + captured.err
