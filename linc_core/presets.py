@@ -226,6 +226,12 @@ def variant_configs(
     model_config = build(ModelConfig, dataclasses.asdict(base) | protocol_model, "model.overrides")
     protocol_train = {k: v for k, v in train.items() if k not in preset.train}
     train_config = build(TrainConfig, protocol_train | preset.train, "train")
+    z_vectors = 2**model_config.z_dim
+    if model_config.z_dim > 0 and not train_config.multi_start:  # one distinct z a rollout
+        k = train_config.num_rollouts
+        expected = f"at most 2^{model_config.z_dim} = {z_vectors}, the model's distinct z-vectors"
+        if k > z_vectors:
+            raise ConfigError(f"train.num_rollouts: expected {expected}, got {k}")
     return model_config, train_config
 
 

@@ -73,8 +73,10 @@ def check_policy_run_flags(args: argparse.Namespace) -> None:
 
 def apply_runtime_flags(args: argparse.Namespace) -> None:
     """Process settings from the flags: the CPU allocator tuning and ``--threads`` (refused
-    in one line outside 1 to :data:`MAX_THREADS`)."""
+    in one line outside 1 to :data:`MAX_THREADS`), after ``--device`` is checked
+    (:func:`require_device`)."""
     require_int("--threads", args.threads, 1, MAX_THREADS)
+    require_device("--device", args.device)
     tune_cpu_allocator()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -97,6 +99,21 @@ def require_int(flag: str, value: int | None, low: int, high: int | None = None)
         within = low <= value and (high is None or value <= high)
         expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
         require_flag(within, flag, value, expected)
+
+
+def require_device(flag: str, value: str) -> None:
+    """A device this process can run on: ``cpu``, or ``cuda[:N]`` with GPU N visible to this
+    PyTorch (a CUDA device on a CPU-only build would fail later, blamed on the checkpoint)."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError):
+        device = None
+    known = device is not None and device.type in ("cpu", "cuda")
+    require_flag(known, flag, value, "cpu or cuda[:N]")
+    if device.type == "cuda":
+        count = torch.cuda.device_count()  # 0 on a CPU-only build or a machine without a GPU
+        visible = f"{count} visible to this PyTorch" if count else "none visible to this PyTorch"
+        require_flag((device.index or 0) < count, flag, value, f"a CUDA device ({visible})")
 
 
 def require_seconds(flag: str, value: float | None) -> None:
@@ -160,7 +177,12 @@ def load_policy(args: argparse.Namespace) -> tuple[LincPolicy, dict[str, Any]]:
 def load_set(args: argparse.Namespace, **options: Any) -> BenchmarkSet:
     """The ``--benchmark`` set (first ``--limit`` files), or a one-line
     :class:`CommandLineError` when it is missing or holds no instance at all."""
-    from linc_core.evaluate.benchmark_sets import largest_customers, load_benchmark
+    from linc_core.evaluate.benchmark_sets import (
+        MAX_SYNTHETIC_NODES,
+        SYNTHETIC,
+        largest_customers,
+        load_benchmark,
+    )
     from linc_core.instances import InstanceError
     from linc_core.runs.plan import MAX_CUSTOMERS
 
@@ -168,6 +190,11 @@ def load_set(args: argparse.Namespace, **options: Any) -> BenchmarkSet:
     if customers is not None and customers > MAX_CUSTOMERS:
         expected = f"at most {MAX_CUSTOMERS} customers per instance, got {customers}"
         raise CommandLineError(f"--benchmark {args.benchmark}: expected {expected}")
+    count = options.get("count")
+    if count is not None and customers is not None and SYNTHETIC.match(args.benchmark):
+        most = MAX_SYNTHETIC_NODES // (customers + 1)
+        expected = f"at most {most} instances of {customers} customers (a synthetic set holds"
+        require_flag(count <= most, "--count", count, f"{expected} {MAX_SYNTHETIC_NODES} nodes)")
     try:
         bench = load_benchmark(args.benchmark, limit=args.limit, **options)
     except (ValueError, InstanceError, OSError) as err:

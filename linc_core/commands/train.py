@@ -28,6 +28,7 @@ from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
 from linc_core.problems.spec import problem_names
+from linc_core.runs.memory import estimate_run_memory, machine_memory_bytes
 from linc_core.runs.plan import (
     DataSource,
     RunPlan,
@@ -45,6 +46,7 @@ from linc_core.train.loop import (
     policy_from_checkpoint,
     warm_start,
 )
+from linc_core.utils.files import size_in_words
 from linc_core.utils.tensor_file import CheckpointError
 from linc_core.utils.typed import literal_values
 
@@ -61,6 +63,38 @@ TRAIN_FLAGS = {
     "init": "init",
     "compile": "compile",
 }
+# Flags named as their TrainConfig field, set by the command itself (not through TRAIN_FLAGS).
+OTHER_TRAIN_FLAGS = ("seed", "device", "validation_every", "morph_epochs")
+
+# The setting a refusal names, as the flag that set it: "--lr (train.learning_rate): ..."
+FIELD_FLAGS = {f"train.{key}": f"--{flag.replace('_', '-')}" for flag, key in TRAIN_FLAGS.items()}
+FIELD_FLAGS |= {f"train.{key}": f"--{key.replace('_', '-')}" for key in OTHER_TRAIN_FLAGS}
+FIELD_FLAGS["num_customers"] = "--size"
+
+
+def named_by_flag(message: str) -> str:
+    """A settings refusal (``train.learning_rate: expected > 0, got -1.0``) naming the flag
+    first (``--lr (train.learning_rate): ...``); other messages as they are."""
+    setting, separator, rest = message.partition(": ")
+    flag = FIELD_FLAGS.get(setting)
+    return f"{flag} ({setting}): {rest}" if flag and separator else message
+
+
+def check_memory(plan: RunPlan) -> None:
+    """A CPU run the machine can hold: the run's estimated peak
+    (:func:`linc_core.runs.memory.estimate_run_memory`, what a sweep reserves per trial) at
+    most the machine's memory, else :class:`CommandLineError` naming the flags that size it
+    (a batch far too large would otherwise end in a ``MemoryError`` or the kernel's OOM kill)."""
+    if plan.train.device != "cpu":
+        return
+    needed, machine = estimate_run_memory(plan), machine_memory_bytes()
+    if needed > machine:
+        train = plan.train
+        sizes = f"--batch-size {train.batch_size} x --rollouts {train.num_rollouts}"
+        raise CommandLineError(
+            f"{sizes} at --size {plan.data.num_customers} needs about {size_in_words(needed)} "
+            f"of memory; this machine has {size_in_words(machine)}"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,8 +215,9 @@ def _train(argv: Sequence[str] | None) -> int:
     except CheckpointError:  # --resume read for its budget: main names the file
         raise
     except ValueError as err:  # a ConfigError or a setting the configs refuse
-        print(f"linc-train: invalid settings: {err}", file=sys.stderr)
+        print(f"linc-train: {named_by_flag(str(err))}", file=sys.stderr)
         return 2
+    check_memory(plan)
     # Every file the run reads or writes is checked before anything is printed or trained
     # (--resume was, by plan_from_args). Building these policies draws from torch's global
     # generator, which nothing reads after initial_policy reseeds it (later draws are keyed).

@@ -46,6 +46,9 @@ from linc_core.utils.files import FileRefusedError, read_regular_file
 from linc_core.verify import convention_for
 
 SYNTHETIC = re.compile(r"^synthetic-(tsp|cvrp|cvrptw)-(\d+)$")
+# Nodes (count x (size + 1)) of one synthetic set at most: ten million are a few GiB in float64
+# and hours of decoding on a CPU; more is a typo (linc-eval refuses it before generating).
+MAX_SYNTHETIC_NODES = 10_000_000
 # Cost columns recognised in a folder's bks.csv, in order of preference.
 FOLDER_BKS_COLUMNS = ("bks_distance_only_dimacs", "bks", "optimal", "optimal_cost", "cost")
 # Customers kept per Solomon instance in the ablation set.

@@ -45,6 +45,8 @@ so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of 
 
 from __future__ import annotations
 
+import os
+
 from linc_core.decoding.config import DecodeConfig, best_of_k_chunk
 from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.problems.spec import problem_spec
@@ -111,6 +113,12 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1) -> int:
     return int(BASE_BYTES + 16 * parameter_count(plan) + SAFETY * working)
 
 
+def machine_memory_bytes() -> int:
+    """The machine's physical memory in bytes (what ``linc-train`` holds a CPU run's estimate
+    against)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def _decode_floats(rows: int, rollouts: int, nodes: int, width: int) -> float:
     """Floats one chunk of a decoding holds: its ``rows`` are encoded together and roll out
     ``rollouts`` each (the decoders' chunks: ``DecodeConfig.chunk_shape``)."""
@@ -133,4 +141,4 @@ def _evaluated_customers(plan: RunPlan) -> int:
     return largest
 
 
-__all__ = ["BASE_BYTES", "estimate_run_memory", "parameter_count"]
+__all__ = ["BASE_BYTES", "estimate_run_memory", "machine_memory_bytes", "parameter_count"]

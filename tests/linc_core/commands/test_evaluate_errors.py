@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from linc_core.commands.evaluate import main as eval_main
 from linc_core.commands.solve import main as solve_main
@@ -81,6 +82,14 @@ def test_files_that_are_not_instances_are_skipped_with_a_note(
     assert "error:" not in err
     rows = (tmp_path / "out" / "rows.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["c101", "r101"]
+
+
+# what a refused CUDA device's message says of this machine (CI's: none)
+CUDA_DEVICES_SEEN = (
+    f"{torch.cuda.device_count()} visible to this PyTorch"
+    if torch.cuda.device_count()
+    else "none visible to this PyTorch"
+)
 
 
 @pytest.mark.parametrize(
@@ -312,6 +321,15 @@ def test_plot_names_match_the_set_ignoring_case(checkpoint, user_folder, tmp_pat
         (["--pyvrp-seconds", "inf"], "--pyvrp-seconds inf: expected a finite number >= 0"),
         (["--pyvrp-seconds", "-1"], "--pyvrp-seconds -1.0: expected a finite number >= 0"),
         (["--count", "0"], "--count 0: expected an integer >= 1"),
+        (  # was: numpy's MemoryError traceback generating a billion instances
+            ["--count", "1666667"],
+            "--count 1666667: expected at most 1666666 instances of 5 customers (a synthetic "
+            "set holds 10000000 nodes)",
+        ),
+        (
+            ["--device", "cuda:99"],
+            f"--device cuda:99: expected a CUDA device ({CUDA_DEVICES_SEEN})",
+        ),  # was: blamed on the checkpoint (deserialising on CUDA)
         (["--data-seed", "-1"], "--data-seed -1: expected an integer >= 0"),
         (["--max-customers", "0"], "--max-customers 0: expected an integer >= 1"),
         (

@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from linc_core.commands.train import main as linc_train
+from linc_core.runs.memory import machine_memory_bytes
 from linc_core.train.checkpoint import save_checkpoint
+from linc_core.utils.files import size_in_words
 from linc_core.utils.tensor_file import load_tensor_file
 from tests.conftest import tiny_checkpoint
 
@@ -48,6 +51,14 @@ def malformed(tmp_path_factory) -> dict[str, Path]:
     return {
         name: save_checkpoint(folder / f"{name}.pt", raw | edit) for name, edit in edits.items()
     }
+
+
+# what a refused CUDA device's message says of this machine (CI's: none)
+CUDA_DEVICES_SEEN = (
+    f"{torch.cuda.device_count()} visible to this PyTorch"
+    if torch.cuda.device_count()
+    else "none visible to this PyTorch"
+)
 
 
 @pytest.mark.parametrize("flag", ["--resume", "--warm-start", "--morph-from"])
@@ -129,20 +140,34 @@ def test_an_out_folder_is_made_and_a_linked_one_written_through(tmp_path, capsys
         (["--threads", "99999999999"], "--threads 99999999999: expected an integer from 1 to 1024"),
         (
             ["--lr", "inf"],
-            "invalid settings: train.learning_rate: expected a finite number, got inf",
+            "--lr (train.learning_rate): expected a finite number, got inf",
         ),
         (
             ["--lr", "nan"],
-            "invalid settings: train.learning_rate: expected a finite number, got nan",
+            "--lr (train.learning_rate): expected a finite number, got nan",
         ),
         (
             ["--minutes", "inf"],
-            "invalid settings: train.budget_minutes: expected a finite number > 0 (or null: no "
+            "--minutes (train.budget_minutes): expected a finite number > 0 (or null: no "
             "budget), got inf",
         ),
         (
             ["--size", "99999999999"],
-            "invalid settings: num_customers: expected 2 to 100000, got 99999999999",
+            "--size (num_customers): expected 2 to 100000, got 99999999999",
+        ),
+        (
+            ["--rollouts", "65537"],
+            "--rollouts (train.num_rollouts): expected at most 2^16 = 65536, the model's "
+            "distinct z-vectors, got 65537",
+        ),
+        (
+            ["--validation-every", "0"],
+            "--validation-every (train.validation_every): expected >= 1, got 0",
+        ),
+        (["--device", "mps"], "--device mps: expected cpu or cuda[:N]"),
+        (
+            ["--device", "cuda:99"],
+            f"--device cuda:99: expected a CUDA device ({CUDA_DEVICES_SEEN})",
         ),
     ],
 )
@@ -150,8 +175,20 @@ def test_numbers_out_of_range_are_refused_in_one_line_before_training(
     flags, message, tmp_path, capsys
 ) -> None:
     """Before: set_num_threads' RuntimeError, an inf learning rate failing an epoch in, a
-    1.46 TiB allocation for --size."""
+    1.46 TiB allocation for --size, sample_z's ValueError for --rollouts, an AssertionError
+    from torch for a CUDA device on a CPU-only build (these machines')."""
     out = tmp_path / "out"
     err = _refused([*_flags(), "--out", str(out), *flags], capsys)
     assert err == f"linc-train: {message}"
+    assert not out.exists()
+
+
+def test_a_run_larger_than_the_machine_is_refused_before_any_work(tmp_path, capsys) -> None:
+    """Before: numpy's ``MemoryError`` traceback while generating the first batch (or the
+    kernel's OOM kill a step later). The estimate is the one a sweep reserves per trial."""
+    out = tmp_path / "out"
+    err = _refused([*_flags(), "--out", str(out), "--batch-size", "10000000"], capsys)
+    assert err.startswith("linc-train: --batch-size 10000000 x --rollouts ")
+    machine = size_in_words(machine_memory_bytes())
+    assert " TiB of memory; this machine has " in err and err.endswith(machine)
     assert not out.exists()
