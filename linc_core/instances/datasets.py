@@ -3,7 +3,10 @@ shards (:mod:`linc_core.instances.parquet`), and the whole set read back as one 
 
 A folder others can write is read as untrusted: a member is a plain file name, a link in it
 must end inside it, and on a local disk only a regular file is read (a named pipe would block
-the reader forever), opened without following a link swapped in after those checks."""
+the reader forever), opened without following a link swapped in after those checks. A file is
+read whole into memory, so one over its cap (:data:`MAX_MANIFEST_BYTES`,
+:data:`MAX_SHARD_BYTES`) is refused by its size before a byte of it is read, locally and on an
+object store alike."""
 
 from __future__ import annotations
 
@@ -23,7 +26,12 @@ from linc_core.instances.parquet import (
     read_shard_bytes,
     sha256_hex,
 )
-from linc_core.utils.files import FileRefusedError, open_regular_file
+from linc_core.utils.files import (
+    FileRefusedError,
+    open_regular_file,
+    read_regular_file,
+    size_in_words,
+)
 
 MANIFEST_NAME = "manifest.json"
 # The one form of a shard's file name, from a listing or a manifest: a plain name inside the
@@ -32,6 +40,15 @@ SHARD_PATTERN = re.compile(r"shard-([0-9]{5,})\.parquet")
 # Most rows a manifest may give one shard: readers size a row order by it before the shard is
 # read, and a shard is read whole (1e7 rows of 20 nodes are already gigabytes).
 MAX_SHARD_ROWS = 10_000_000
+# Largest manifest read: the generator's entry for a shard takes about 230 bytes, so 64 MiB
+# would list some 290,000 shards; the default config writes 10 (10,000 instances, 1,000 a shard).
+MAX_MANIFEST_BYTES = 64 * 1024**2
+# Largest shard read, whole, into memory. A node takes 14 bytes on disk in a CVRPTW shard (7 in
+# a TSP one), so the default shard (1,000 instances of 100 customers) is 1.4 MB, and 1,000
+# instances of the most customers a run accepts (linc_core.runs.plan.MAX_CUSTOMERS, 100,000)
+# are 1.4 GB. 2 GiB leaves headroom above that (1,400 times the default shard); a set of bigger
+# shards, which must each fit in memory whole, is better written with a smaller shard_size.
+MAX_SHARD_BYTES = 2 * 1024**3
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
@@ -68,47 +85,117 @@ def _local_path(fs: pafs.FileSystem, path: str) -> str | None:
     return path if isinstance(fs, pafs.LocalFileSystem) else None
 
 
-def _open_member(
-    root: str, fs: pafs.FileSystem, path: str, file: str, *, random_access: bool = False
-) -> pa.NativeFile:
-    """Open ``file`` of the data set folder ``path``, refusing a name that is not a plain file
-    name and, on a local disk, a link that leads out of the folder. Links inside it stay
-    allowed: the file they resolve to is opened, and must then be that very file
-    (:func:`_open_local`), so a link swapped in after this check is refused too."""
+def _member(root: str, fs: pafs.FileSystem, path: str, file: str) -> tuple[str, str | None]:
+    """``(source, local)`` of ``file`` of the data set folder ``path``: how errors name it, and
+    on a local disk the file it resolves to (None on an object store, where a key is a name,
+    never a link). Refuses a name that is not a plain file name and, on a local disk, a link
+    that leads out of the folder. Links inside it stay allowed: the file they resolve to is
+    read, and must then be that very file (``follow_links=False``), so a link swapped in after
+    this check is refused too."""
     source = f"{_shown(root)}/{file}"
     if file != MANIFEST_NAME and not SHARD_PATTERN.fullmatch(file):
         raise DatasetSchemaError(_shown(root), "file", _short(file), _SHARD_NAME_RULE)
     folder = _local_path(fs, path)
-    if folder is None:  # an object store: a key is a name, never a link
-        member = f"{path}/{file}"
-        return fs.open_input_file(member) if random_access else fs.open_input_stream(member)
+    if folder is None:
+        return source, None
     target = os.path.realpath(os.path.join(folder, file))
     if os.path.dirname(target) != os.path.realpath(folder):  # where every link in it ends
         raise DatasetSchemaError(source, "<file>", target, "a link leading out of the data set")
-    return _open_local(source, target, follow_links=False)
+    return source, target
 
 
-def _open_local(source: str, path: str, *, follow_links: bool) -> pa.NativeFile:
-    """Open a local file that must be a regular one, without ever blocking
-    (:func:`linc_core.utils.files.open_regular_file`); with ``follow_links`` False, a link at
-    ``path`` (one swapped in since ``path`` was resolved) is refused."""
+def _max_bytes(file: str) -> int:
+    """The most bytes read of a data set's ``file``: the manifest's cap or a shard's."""
+    return MAX_MANIFEST_BYTES if file == MANIFEST_NAME else MAX_SHARD_BYTES
+
+
+def _read_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> bytes | pa.Buffer:
+    """The bytes of ``file`` (the manifest or a shard) of the data set folder ``path``, checked
+    by :func:`_member` and read up to its cap (:func:`_read_capped`)."""
+    source, local = _member(root, fs, path, file)
+    return _read_capped(source, fs, f"{path}/{file}", local, _max_bytes(file), follow_links=False)
+
+
+def _open_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> pa.NativeFile:
+    """``file`` of the data set folder ``path`` opened for random access (a shard's footer),
+    checked by :func:`_member` and refused when over its cap, as :func:`_read_member` would."""
+    source, local = _member(root, fs, path, file)
+    if local is None:
+        member = f"{path}/{file}"
+        _check_remote_size(source, fs, member, _max_bytes(file))
+        return fs.open_input_file(member)
+    return _open_local(source, local, follow_links=False, max_bytes=_max_bytes(file))
+
+
+def _open_local(
+    source: str, path: str, *, follow_links: bool, max_bytes: int | None = None
+) -> pa.NativeFile:
+    """Open a local file that must be a regular one of at most ``max_bytes``, without ever
+    blocking (:func:`linc_core.utils.files.open_regular_file`); with ``follow_links`` False, a
+    link at ``path`` (one swapped in since ``path`` was resolved) is refused."""
     try:
-        handle = open_regular_file(path, follow_links=follow_links, source=source)
+        handle = open_regular_file(
+            path, max_bytes=max_bytes, follow_links=follow_links, source=source
+        )
     except FileRefusedError as err:
         raise DatasetSchemaError(source, "<file>", err.value, err.problem) from None
     return pa.PythonFile(handle, mode="r")
+
+
+def _read_capped(
+    source: str,
+    fs: pafs.FileSystem,
+    path: str,
+    local: str | None,
+    max_bytes: int,
+    *,
+    follow_links: bool,
+) -> bytes | pa.Buffer:
+    """The bytes of ``path`` in ``fs`` (``local``: the same file on a local disk), at most
+    ``max_bytes`` of them: a bigger file is refused by its size before it is read, and one that
+    grows past the cap while it is read, as soon as the read passes the cap.
+
+    Raises:
+        DatasetSchemaError: naming ``source``, what was found (its size, "a named pipe
+            (FIFO)"...) and the cap or what was expected.
+    """
+    if local is not None:  # a regular file only, opened without blocking
+        try:
+            return read_regular_file(local, max_bytes, follow_links=follow_links, source=source)
+        except FileRefusedError as err:
+            raise DatasetSchemaError(source, "<file>", err.value, err.problem) from None
+    size = _check_remote_size(source, fs, path, max_bytes)
+    # Some file systems allocate what a read asks for: ask for the size listed, and one byte
+    # more to see a file that grew since. One grown past the cap is refused; one that changed
+    # under it is read only in part, which its sha256 or its Parquet footer then refuses.
+    want = max_bytes if size is None else min(size, max_bytes)
+    with fs.open_input_stream(path) as stream:
+        data = stream.read_buffer(want + 1)
+    if data.size > max_bytes:
+        refused = f"over {size_in_words(max_bytes)}"
+        raise DatasetSchemaError(source, "<file>", refused, _over_cap(max_bytes))
+    return data
+
+
+def _check_remote_size(source: str, fs: pafs.FileSystem, path: str, max_bytes: int) -> int | None:
+    """The size ``fs`` (an object store) lists for ``path`` (its HEAD request: no byte of the
+    file is read), refused when over ``max_bytes``; None when it lists none."""
+    size = fs.get_file_info(path).size
+    if size is not None and size > max_bytes:
+        raise DatasetSchemaError(source, "<file>", size_in_words(size), _over_cap(max_bytes))
+    return size
+
+
+def _over_cap(max_bytes: int) -> str:
+    # The words linc_core.utils.files gives a local file over its cap.
+    return f"larger than the {size_in_words(max_bytes)} this reader accepts"
 
 
 def read_shard(path: str, filesystem: pafs.FileSystem | None = None) -> Instance:
     """Read one shard file (local path, URI, or path inside ``filesystem``)."""
     fs, resolved = resolve_filesystem(path, filesystem)
     local = _local_path(fs, resolved)
-    if local is None:
-        with fs.open_input_stream(resolved) as stream:
-            data = stream.read_buffer()
-    else:
-        with _open_local(_shown(path), local, follow_links=True) as stream:
-            data = stream.read_buffer()
+    data = _read_capped(_shown(path), fs, resolved, local, MAX_SHARD_BYTES, follow_links=True)
     return read_shard_bytes(data, _shown(path))[0]
 
 
@@ -135,11 +222,10 @@ def _read_manifest(
     if fs.get_file_info(f"{path}/{MANIFEST_NAME}").type == pafs.FileType.NotFound:
         return None
     source = f"{_shown(root)}/{MANIFEST_NAME}"
-    with _open_member(root, fs, path, MANIFEST_NAME) as stream:
-        data = stream.read_buffer()
+    data = _read_member(root, fs, path, MANIFEST_NAME)
     try:
         # JSON is UTF-8 (RFC 8259); json.loads(bytes) would guess UTF-16/32 from the bytes.
-        manifest = json.loads(data.to_pybytes().decode("utf-8"))
+        manifest = json.loads(bytes(data).decode("utf-8"))
     except (ValueError, RecursionError) as err:
         raise DatasetSchemaError(source, "<file>", None, f"not JSON: {err}") from None
     if not isinstance(manifest, dict):
@@ -216,7 +302,7 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
         return found[1]
     entries = []
     for file in list_shards(path, fs):
-        with _open_member(root, fs, path, file, random_access=True) as handle:
+        with _open_member(root, fs, path, file) as handle:
             entries.append(ShardEntry(file, pq.ParquetFile(handle).metadata.num_rows, None))
     if not entries:
         raise FileNotFoundError(f"{_shown(root)}: no manifest.json and no shard-*.parquet files")
@@ -226,8 +312,7 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
 def load_shard(root: str, fs: pafs.FileSystem, path: str, entry: ShardEntry) -> Instance:
     """Read one shard, checking its sha256 (when known) and row count."""
     source = f"{_shown(root)}/{entry.file}"
-    with _open_member(root, fs, path, entry.file) as stream:
-        data = stream.read_buffer()
+    data = _read_member(root, fs, path, entry.file)
     if entry.sha256 is not None and sha256_hex(data) != entry.sha256:
         raise DatasetSchemaError(source, "sha256", sha256_hex(data), "differs from the manifest")
     instance = read_shard_bytes(data, source)[0]
@@ -248,6 +333,8 @@ def load_dataset(root: str, filesystem: pafs.FileSystem | None = None) -> Instan
 
 __all__ = [
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SHARD_BYTES",
     "MAX_SHARD_ROWS",
     "SHARD_PATTERN",
     "ShardEntry",

@@ -6,20 +6,24 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
 
-from linc_core.instances import Instance
+from faults.servers import S3Server
+from linc_core.instances import Instance, datasets
 from linc_core.instances.datasets import (
     MANIFEST_NAME,
     ShardEntry,
-    _open_local,  # the open every local read goes through
+    _open_local,  # the open of a local shard's footer
+    _read_capped,  # the read of every manifest and shard
     list_shards,
     load_dataset,
     load_shard,
     read_manifest,
+    read_shard,
     resolve_filesystem,
     shard_entries,
     shard_name,
@@ -32,9 +36,13 @@ from linc_core.instances.parquet import (
     sha256_hex,
 )
 from linc_core.problems import generate_cvrp
-from tests.conftest import fresh_python
+from linc_core.utils.files import size_in_words
+from tests.conftest import refusals_in_fresh_process
 
 SHARD = shard_name(0)
+# What a test run in a fresh process imports to read a data set and catch its refusals.
+READERS = "list_shards, load_dataset, read_manifest, read_shard"
+DATASET_SCHEMA_ERROR = "from linc_core.instances.parquet import DatasetSchemaError"
 
 
 def write_shard(folder: Path, seed: int = 0) -> dict:
@@ -265,23 +273,19 @@ def test_a_fifo_in_a_data_set_is_refused_at_once(tmp_path: Path) -> None:
     sets["plain"].mkdir()
     os.mkfifo(sets["plain"] / SHARD)  # no manifest: the listing reads each shard's footer
     os.mkfifo(sets["fifo"])  # read_shard given a FIFO itself
-    out = fresh_python(
-        "import time\n"
-        "from linc_core.instances.datasets import load_dataset, read_manifest, read_shard\n"
-        f"for read, root in [(load_dataset, {str(sets['listed'])!r}),\n"
-        f"                   (read_manifest, {str(sets['manifest'])!r}),\n"
-        f"                   (load_dataset, {str(sets['manifest'])!r}),\n"
-        f"                   (load_dataset, {str(sets['linked'])!r}),\n"
-        f"                   (load_dataset, {str(sets['plain'])!r}),\n"
-        f"                   (read_shard, {str(sets['fifo'])!r})]:\n"
-        "    start = time.monotonic()\n"
-        "    try:\n"
-        "        read(root)\n"
-        "    except ValueError as err:\n"
-        "        print(f'{time.monotonic() - start:.3f}', type(err).__name__, err)\n",
-        timeout=30,
+    reads = [
+        ("load_dataset", sets["listed"]),
+        ("read_manifest", sets["manifest"]),
+        ("load_dataset", sets["manifest"]),
+        ("load_dataset", sets["linked"]),
+        ("load_dataset", sets["plain"]),
+        ("read_shard", sets["fifo"]),
+    ]
+    refusals = refusals_in_fresh_process(
+        f"from linc_core.instances.datasets import {READERS}\n{DATASET_SCHEMA_ERROR}",
+        [f"{read}({str(root)!r})" for read, root in reads],
+        "DatasetSchemaError",
     )
-    lines = out.splitlines()
     named = [
         sets["listed"] / shard_name(1),
         sets["manifest"] / MANIFEST_NAME,
@@ -290,14 +294,10 @@ def test_a_fifo_in_a_data_set_is_refused_at_once(tmp_path: Path) -> None:
         sets["plain"] / SHARD,
         sets["fifo"],
     ]
-    assert len(lines) == len(named), out
-    for path, line in zip(named, lines, strict=True):
-        seconds, rest = line.split(" ", 1)
-        assert float(seconds) < 1.0, line
-        assert rest == (
-            f"DatasetSchemaError {path}: field '<file>' = 'a named pipe (FIFO)': "
-            "expected a regular file"
-        )
+    assert [message for _, message in refusals] == [
+        f"{path}: field '<file>' = 'a named pipe (FIFO)': expected a regular file" for path in named
+    ]
+    assert all(seconds < 1.0 for seconds, _ in refusals), refusals
 
 
 @pytest.mark.parametrize("kind", ["folder", "socket"])
@@ -326,8 +326,149 @@ def test_a_link_swapped_in_after_the_folder_check_is_refused(tmp_path: Path) -> 
     swapped = tmp_path / "set" / SHARD
     swapped.parent.mkdir()
     swapped.symlink_to(secret)
+    fs = pafs.LocalFileSystem()
+    member = "set/shard-00000.parquet"
+    for read in (  # a member read whole, and opened for its footer
+        lambda: _read_capped(member, fs, str(swapped), str(swapped), 100, follow_links=False),
+        lambda: _open_local(member, str(swapped), follow_links=False, max_bytes=100),
+    ):
+        with pytest.raises(DatasetSchemaError) as err:
+            read()
+        assert "a link swapped in" in str(err.value) and "hunter2" not in str(err.value)
+    # read_shard, given a path of the caller's own, follows its links.
+    assert _read_capped("a shard", fs, str(swapped), str(swapped), 100, follow_links=True) == (
+        b"hunter2"
+    )
+
+
+def sparse_file(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes that takes no disk space (and reads back as zeros)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as out:
+        out.truncate(size)
+    return path
+
+
+def test_a_manifest_or_shard_over_its_cap_is_refused_by_its_size_unread(tmp_path: Path) -> None:
+    # Each was read whole before it was parsed: 3 GB of manifest or shard, read into memory
+    # (and a manifest decoded again as text). In a fresh process with an 8 GiB address space,
+    # so a regression fails (a MemoryError, the deadline) instead of filling this machine.
+    huge = 3 * 10**9  # over both caps: 64 MiB for a manifest, 2 GiB for a shard
+    sets = {name: tmp_path / name for name in ("manifest", "listed", "plain", "linked")}
+    write_shard(sets["manifest"])
+    sparse_file(sets["manifest"] / MANIFEST_NAME, huge)
+    write_manifest(sets["listed"], [write_shard(sets["listed"]) | {"file": shard_name(1)}])
+    sparse_file(sets["listed"] / shard_name(1), huge)
+    sparse_file(sets["plain"] / SHARD, huge)  # no manifest: the listing opens its footer
+    sparse_file(sets["linked"] / ".big", huge)
+    (sets["linked"] / SHARD).symlink_to(".big")  # a link inside the folder, to a huge file
+    lone = sparse_file(tmp_path / "lone.parquet", huge)
+    (tmp_path / "lone-link.parquet").symlink_to(lone)
+    subtree = f"pafs.SubTreeFileSystem({str(tmp_path)!r}, pafs.LocalFileSystem())"
+    manifest = sets["manifest"]
+    reads = [  # (call, the file it names)
+        (f"read_manifest({str(manifest)!r})", manifest / MANIFEST_NAME),
+        (f"load_dataset({str(manifest)!r})", manifest / MANIFEST_NAME),
+        (f"list_shards({str(manifest)!r})", manifest / MANIFEST_NAME),
+        (f"load_dataset('manifest', filesystem={subtree})", f"manifest/{MANIFEST_NAME}"),
+        (f"load_dataset('file://{manifest}?key=hunter2')", f"file://{manifest}/{MANIFEST_NAME}"),
+        (f"load_dataset({str(sets['listed'])!r})", sets["listed"] / shard_name(1)),
+        (f"load_dataset({str(sets['plain'])!r})", sets["plain"] / SHARD),
+        (f"load_dataset({str(sets['linked'])!r})", sets["linked"] / SHARD),
+        (f"read_shard({str(lone)!r})", lone),
+        (f"read_shard({str(tmp_path / 'lone-link.parquet')!r})", tmp_path / "lone-link.parquet"),
+    ]
+    refusals = refusals_in_fresh_process(
+        f"import pyarrow.fs as pafs\nfrom linc_core.instances.datasets import {READERS}\n"
+        f"{DATASET_SCHEMA_ERROR}",
+        [call for call, _ in reads],
+        "DatasetSchemaError",
+    )
+    caps = ["64 MiB"] * 5 + ["2 GiB"] * 5
+    assert [message for _, message in refusals] == [
+        f"{file}: field '<file>' = '2.8 GiB': larger than the {cap} this reader accepts"
+        for (_, file), cap in zip(reads, caps, strict=True)
+    ], refusals
+    assert all(seconds < 1.0 for seconds, _ in refusals), refusals
+
+
+def test_a_file_at_its_cap_is_read_and_one_byte_more_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caps are lowered to a real set's own sizes: at the cap it loads, a byte under refuses.
+    root = tmp_path / "set"
+    write_manifest(root, [write_shard(root)])
+    manifest_size = (root / MANIFEST_NAME).stat().st_size
+    shard_size = (root / SHARD).stat().st_size
+    monkeypatch.setattr(datasets, "MAX_MANIFEST_BYTES", manifest_size)
+    monkeypatch.setattr(datasets, "MAX_SHARD_BYTES", shard_size)
+    assert load_dataset(str(root)).batch_size == 4
+    assert read_shard(str(root / SHARD)).batch_size == 4
+    monkeypatch.setattr(datasets, "MAX_SHARD_BYTES", shard_size - 1)
+    for read in (lambda: load_dataset(str(root)), lambda: read_shard(str(root / SHARD))):
+        with pytest.raises(DatasetSchemaError) as err:
+            read()
+        assert_one_line(err, f"{root}/{SHARD}", "<file>")
+        assert err.value.value == size_in_words(shard_size)
+        assert (
+            err.value.problem
+            == f"larger than the {size_in_words(shard_size - 1)} this reader accepts"
+        )
+    monkeypatch.setattr(datasets, "MAX_MANIFEST_BYTES", manifest_size - 1)
     with pytest.raises(DatasetSchemaError) as err:
-        _open_local("set/shard-00000.parquet", str(swapped), follow_links=False)
-    assert "a link swapped in" in str(err.value) and "hunter2" not in str(err.value)
-    with _open_local("a shard", str(swapped), follow_links=True) as stream:  # read_shard
-        assert stream.read_buffer().to_pybytes() == b"hunter2"
+        read_manifest(str(root))
+    assert_one_line(err, f"{root}/{MANIFEST_NAME}", "<file>")
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server (``faults.servers.S3Server``) with a bucket ``linc``, and fake AWS keys
+    in the environment while it runs (never a developer's own, sent to a test server)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            patch.setenv(key, "testing")
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        server = S3Server().start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def test_an_object_over_its_cap_is_refused_by_its_listed_size(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On an object store a file is refused by the size it lists, before a byte is fetched.
+    # Uploading gigabytes would take minutes: the caps are lowered under a real set's sizes.
+    local = tmp_path / "set"
+    write_manifest(local, [write_shard(local)])
+    uri, plain = s3_server.uri("capped"), s3_server.uri("plain")  # plain: no manifest
+    fs, path = resolve_filesystem(uri)
+    for key, file in ((f"{path}/{MANIFEST_NAME}", MANIFEST_NAME), (f"{path}/{SHARD}", SHARD),
+                      (f"{resolve_filesystem(plain)[1]}/{SHARD}", SHARD)):  # fmt: skip
+        with fs.open_output_stream(key) as out:
+            out.write((local / file).read_bytes())
+    shard_uri = f"s3://linc/capped/{SHARD}?{uri.split('?', 1)[1]}"
+    assert load_dataset(uri).batch_size == 4 and load_dataset(plain).batch_size == 4
+    assert read_shard(shard_uri).batch_size == 4  # at its real cap, a shard reads whole
+    shard_size = (local / SHARD).stat().st_size
+    monkeypatch.setattr(datasets, "MAX_SHARD_BYTES", shard_size - 1)
+    for read, source in (
+        (lambda: load_dataset(uri), f"s3://linc/capped/{SHARD}"),
+        (lambda: load_dataset(plain), f"s3://linc/plain/{SHARD}"),  # the footer's open
+        (lambda: read_shard(shard_uri), f"s3://linc/capped/{SHARD}"),
+    ):
+        with pytest.raises(DatasetSchemaError) as err:
+            read()
+        assert_one_line(err, source, "<file>")  # the endpoint in the query stays out
+        assert err.value.value == size_in_words(shard_size)
+        assert (
+            err.value.problem
+            == f"larger than the {size_in_words(shard_size - 1)} this reader accepts"
+        )
+    manifest_size = (local / MANIFEST_NAME).stat().st_size
+    monkeypatch.setattr(datasets, "MAX_MANIFEST_BYTES", manifest_size - 1)
+    with pytest.raises(DatasetSchemaError) as err:
+        read_manifest(uri)
+    assert_one_line(err, f"s3://linc/capped/{MANIFEST_NAME}", "<file>")
+    assert err.value.value == size_in_words(manifest_size)
