@@ -63,7 +63,39 @@ def fresh_python(script: str, timeout: float = 120) -> str:
     return done.stdout
 
 
+def refusals_in_fresh_process(
+    imports: str, calls: list[str], error_type: str, memory_limit: int = 8 * 1024**3
+) -> list[tuple[float, str]]:
+    """``(seconds, message)`` of each of ``calls`` (Python statements, e.g.
+    ``"load_tensor_file('/tmp/fifo.pt')"``, run after the lines ``imports``) refused with
+    ``error_type`` (a name ``imports`` defines), run in order by one :func:`fresh_python`.
+
+    The process has ``memory_limit`` bytes of address space, so a read of a device or of a huge
+    file ends there in a ``MemoryError`` instead of filling this machine; that, any other error
+    or a call still running after 60 s fails the test; a call that returns gives the message
+    ``"returned"``. A message keeps its newlines, for the test to see them."""
+    timed = "".join(
+        "start = time.monotonic()\n"
+        "try:\n"
+        f"    {call}\n"
+        "    message = 'returned'\n"
+        f"except {error_type} as err:\n"
+        "    message = str(err)\n"
+        "print(json.dumps([time.monotonic() - start, message]))\n"
+        for call in calls
+    )
+    limit = f"resource.setrlimit(resource.RLIMIT_AS, ({memory_limit}, {memory_limit}))\n"
+    out = fresh_python(f"import json, resource, time\n{imports}\n{limit}{timed}", timeout=60)
+    return [tuple(json.loads(line)) for line in out.splitlines()]
+
+
 REPO = Path(__file__).resolve().parents[1]
+# What a refused ``--device cuda:N`` says of this machine (CI's: none visible).
+CUDA_DEVICES_SEEN = (
+    f"{torch.cuda.device_count()} visible to this PyTorch"
+    if torch.cuda.device_count()
+    else "none visible to this PyTorch"
+)
 
 
 def sweep_env(**extra: str) -> dict[str, str]:

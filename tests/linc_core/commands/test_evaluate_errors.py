@@ -13,11 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from linc_core.commands.evaluate import main as eval_main
 from linc_core.commands.solve import main as solve_main
-from tests.conftest import tiny_checkpoint
+from tests.conftest import CUDA_DEVICES_SEEN, tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +81,6 @@ def test_files_that_are_not_instances_are_skipped_with_a_note(
     assert "error:" not in err
     rows = (tmp_path / "out" / "rows.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["c101", "r101"]
-
-
-# what a refused CUDA device's message says of this machine (CI's: none)
-CUDA_DEVICES_SEEN = (
-    f"{torch.cuda.device_count()} visible to this PyTorch"
-    if torch.cuda.device_count()
-    else "none visible to this PyTorch"
-)
 
 
 @pytest.mark.parametrize(

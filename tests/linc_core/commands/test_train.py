@@ -8,14 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from linc_core.commands.train import main as linc_train
 from linc_core.runs.memory import machine_memory_bytes
 from linc_core.train.checkpoint import save_checkpoint
 from linc_core.utils.files import size_in_words
 from linc_core.utils.tensor_file import load_tensor_file
-from tests.conftest import tiny_checkpoint
+from tests.conftest import CUDA_DEVICES_SEEN, tiny_checkpoint
 
 
 def _flags() -> list[str]:
@@ -51,14 +50,6 @@ def malformed(tmp_path_factory) -> dict[str, Path]:
     return {
         name: save_checkpoint(folder / f"{name}.pt", raw | edit) for name, edit in edits.items()
     }
-
-
-# what a refused CUDA device's message says of this machine (CI's: none)
-CUDA_DEVICES_SEEN = (
-    f"{torch.cuda.device_count()} visible to this PyTorch"
-    if torch.cuda.device_count()
-    else "none visible to this PyTorch"
-)
 
 
 @pytest.mark.parametrize("flag", ["--resume", "--warm-start", "--morph-from"])
