@@ -134,7 +134,13 @@ def read_regular_file(
     (:func:`open_regular_file`; a file that grew past the cap while read is refused too)."""
     name = str(path) if source is None else source
     with open_regular_file(path, max_bytes=max_bytes, follow_links=follow_links, source=name) as f:
-        data = f.read(max_bytes + 1)
+        # A read of n bytes reserves n at once: ask for the size found (at most the cap, which
+        # open_regular_file checked) and one byte more, so a 2 GiB cap costs no 2 GiB to read a
+        # small file; a file that grew since is read on, up to one byte past the cap.
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(size + 1)
+        if len(data) > size:
+            data += f.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise FileRefusedError(name, f"over {size_in_words(max_bytes)}", _over_cap(max_bytes))
     return data

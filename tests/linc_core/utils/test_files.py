@@ -24,6 +24,7 @@ from linc_core.utils.files import (
     read_regular_file,
     size_in_words,
 )
+from tests.conftest import fresh_python
 
 
 @contextmanager
@@ -208,3 +209,20 @@ def test_open_url_reads_a_local_file_and_refuses_a_fifo_another_host_or_scheme(
     ]:
         err, _ = refused(open_url, url, timeout=5)
         assert (err.path, err.value) == (url, value)
+
+
+def test_a_small_file_under_a_large_cap_is_read_without_reserving_the_cap(
+    tmp_path: Path,
+) -> None:
+    """Before: ``read(max_bytes + 1)`` reserved the whole cap, so a 2 GiB cap (a checkpoint's,
+    a shard's) failed a 12-byte file under a 1 GiB address-space limit."""
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"twelve bytes")
+    out = fresh_python(
+        "import resource\n"
+        "from linc_core.utils.files import read_regular_file\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1024**3, 1024**3))\n"
+        f"print(read_regular_file({str(small)!r}, 2 * 1024**3))\n",
+        timeout=60,
+    )
+    assert out == "b'twelve bytes'\n"
