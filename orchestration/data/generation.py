@@ -48,7 +48,13 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 import linc_core
-from linc_core.instances.datasets import MANIFEST_NAME, SHARD_PATTERN, manifest_entries
+from linc_core.instances.datasets import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_SHARD_BYTES,
+    SHARD_PATTERN,
+    manifest_entries,
+)
 from linc_core.instances.parquet import (
     SCHEMA_VERSION,
     DatasetSchemaError,
@@ -151,7 +157,10 @@ class _ShardWorkerImpl:
         source = f"{self._uri}/{spec.file}"
         status, reason = "generated", ""
         info = self._retry(lambda: self._filesystem.get_file_info(path), f"stat {source}")
-        if info.type == pafs.FileType.File:
+        if info.type == pafs.FileType.File and (info.size or 0) > MAX_SHARD_BYTES:
+            # never read whole: no shard this generator writes comes near the readers' cap
+            status, reason = "regenerated", f"{source}: {info.size} bytes, over the shard cap"
+        elif info.type == pafs.FileType.File:
             data = self._retry(lambda: self._read(path), f"read {source}")
             reason = check_shard(data, spec, source)
             if not reason:
@@ -277,14 +286,20 @@ def _expected_checksums(
     retry: Callable[[Callable[[], Any], str], Any],
 ) -> dict[int, str] | None:
     """Checksums from an existing manifest of the same config; refuse a different config."""
-    if not any(info.path == manifest_path for info in existing):
+    found = [info for info in existing if info.path == manifest_path]
+    if not found:
         return None
+    source = f"{config.uri}/{MANIFEST_NAME}"
+    if (found[0].size or 0) > MAX_MANIFEST_BYTES:  # never read whole into memory
+        raise DatagenError(
+            f"{source}: {found[0].size} bytes, larger than the {MAX_MANIFEST_BYTES} a manifest "
+            "may be; choose another uri or delete it"
+        )
 
     def read() -> bytes:
         with filesystem.open_input_stream(manifest_path) as stream:
             return stream.read()
 
-    source = f"{config.uri}/{MANIFEST_NAME}"
     try:
         manifest = json.loads(retry(read, "read manifest.json").decode("utf-8"))
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError

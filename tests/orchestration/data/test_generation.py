@@ -246,6 +246,27 @@ def test_corrupt_truncated_and_missing_shards_are_regenerated(
     assert folder_bytes(root) == folder_bytes(reference_set)
 
 
+def test_a_file_over_the_readers_cap_is_never_read_whole(
+    reference_set: Path, tmp_path: Path
+) -> None:
+    """A shard over the readers' cap is regenerated without being read (a 3 GB sparse file:
+    read whole, it took 3 GB of memory); a manifest over its cap is refused in one line."""
+    root = tmp_path / "huge"
+    root.mkdir()
+    for name, data in folder_bytes(reference_set).items():
+        (root / name).write_bytes(data)
+    os.truncate(root / shard_name(3), 3 * 1024**3)
+    results: dict[int, ShardResult] = {}
+    generate_dataset(config(str(root)), on_shard_done=lambda r: results.__setitem__(r.index, r))
+    assert results[3].status == "regenerated" and "over the shard cap" in results[3].reason
+    assert folder_bytes(root) == folder_bytes(reference_set)
+    os.truncate(root / MANIFEST_NAME, 3 * 1024**3)
+    with pytest.raises(DatagenError) as err:
+        generate_dataset(config(str(root)))
+    assert f"{MANIFEST_NAME}: 3221225472 bytes, larger than the 67108864" in str(err.value)
+    assert (root / MANIFEST_NAME).stat().st_size == 3 * 1024**3  # left as it was
+
+
 def test_different_config_at_same_uri_is_refused(reference_set: Path) -> None:
     with pytest.raises(DatagenError, match="different data set"):
         generate_dataset(config(str(reference_set), seed=12))
