@@ -29,6 +29,7 @@ from linc_core.instances.parquet import (
 from linc_core.utils.files import (
     FileRefusedError,
     open_regular_file,
+    over_cap,
     read_regular_file,
     size_in_words,
 )
@@ -173,7 +174,7 @@ def _read_capped(
         data = stream.read_buffer(want + 1)
     if data.size > max_bytes:
         refused = f"over {size_in_words(max_bytes)}"
-        raise DatasetSchemaError(source, "<file>", refused, _over_cap(max_bytes))
+        raise DatasetSchemaError(source, "<file>", refused, over_cap(max_bytes))
     return data
 
 
@@ -182,13 +183,8 @@ def _check_remote_size(source: str, fs: pafs.FileSystem, path: str, max_bytes: i
     file is read), refused when over ``max_bytes``; None when it lists none."""
     size = fs.get_file_info(path).size
     if size is not None and size > max_bytes:
-        raise DatasetSchemaError(source, "<file>", size_in_words(size), _over_cap(max_bytes))
+        raise DatasetSchemaError(source, "<file>", size_in_words(size), over_cap(max_bytes))
     return size
-
-
-def _over_cap(max_bytes: int) -> str:
-    # The words linc_core.utils.files gives a local file over its cap.
-    return f"larger than the {size_in_words(max_bytes)} this reader accepts"
 
 
 def read_shard(path: str, filesystem: pafs.FileSystem | None = None) -> Instance:

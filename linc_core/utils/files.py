@@ -115,7 +115,7 @@ def open_regular_file(
             kind = _FILE_KINDS.get(stat.S_IFMT(found.st_mode), "not a file")
             raise FileRefusedError(name, kind, NOT_A_FILE)
         if max_bytes is not None and found.st_size > max_bytes:
-            raise FileRefusedError(name, size_in_words(found.st_size), _over_cap(max_bytes))
+            raise FileRefusedError(name, size_in_words(found.st_size), over_cap(max_bytes))
         os.set_blocking(descriptor, True)  # a regular file: reads behave as usual
         return os.fdopen(descriptor, "rb")
     except BaseException:
@@ -142,7 +142,7 @@ def read_regular_file(
         if len(data) > size:
             data += f.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
-        raise FileRefusedError(name, f"over {size_in_words(max_bytes)}", _over_cap(max_bytes))
+        raise FileRefusedError(name, f"over {size_in_words(max_bytes)}", over_cap(max_bytes))
     return data
 
 
@@ -163,7 +163,7 @@ def copy_capped(
     while chunk := read(_CHUNK):
         copied += len(chunk)
         if copied > max_bytes:
-            raise FileRefusedError(source, f"over {size_in_words(max_bytes)}", _over_cap(max_bytes))
+            raise FileRefusedError(source, f"over {size_in_words(max_bytes)}", over_cap(max_bytes))
         if time.monotonic() > deadline:
             problem = f"not done after {max_seconds:g} s, the most this reader waits"
             raise FileRefusedError(source, f"{size_in_words(copied)} so far", problem)
@@ -193,7 +193,8 @@ def open_url(url: str, timeout: float) -> BinaryIO:
     return urllib.request.urlopen(url, timeout=timeout)
 
 
-def _over_cap(max_bytes: int) -> str:
+def over_cap(max_bytes: int) -> str:
+    """What a file over a reader's cap of ``max_bytes`` should have been, in words."""
     return f"larger than the {size_in_words(max_bytes)} this reader accepts"
 
 
@@ -206,6 +207,7 @@ __all__ = [
     "is_plain_name",
     "open_regular_file",
     "open_url",
+    "over_cap",
     "read_regular_file",
     "size_in_words",
 ]
