@@ -40,6 +40,7 @@ from linc_core.instances.benchmarks import data_dir as resolve_data_dir
 from linc_core.model import LincPolicy, row_seeds, sample_z
 from linc_core.presets import preset_configs
 from linc_core.problems import generate_cvrp, generate_cvrptw_envelope, generate_tsp, make_env
+from linc_core.runs.memory_limit import memory_cgroups
 from linc_core.train.checkpoint import build_payload, save_checkpoint
 from orchestration.ray_session import init_ray, prefer_loopback
 
@@ -87,6 +88,38 @@ def refusals_in_fresh_process(
     limit = f"resource.setrlimit(resource.RLIMIT_AS, ({memory_limit}, {memory_limit}))\n"
     out = fresh_python(f"import json, resource, time\n{imports}\n{limit}{timed}", timeout=60)
     return [tuple(json.loads(line)) for line in out.splitlines()]
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Callable[[int], list[str]]]:
+    """``confine(limit_bytes) -> argv prefix``: a command started with the prefix runs in a new
+    child of this process's memory cgroup, limited to ``limit_bytes`` (the kernel kills it past
+    that, as a container's limit does). Version 1 or 2, whichever gives a child a limit file;
+    needs root. The cgroups are removed after the test."""
+    made: list[Path] = []
+
+    def confine(limit_bytes: int) -> list[str]:
+        for cgroup in memory_cgroups():
+            child = cgroup.directory / f"linc-test-{os.getpid()}-{len(made)}"
+            try:
+                child.mkdir()
+            except OSError:
+                continue
+            made.append(child)
+            if (child / cgroup.limit_file).exists():
+                (child / cgroup.limit_file).write_text(str(limit_bytes))
+                join = f'echo $$ > {child / "cgroup.procs"} && exec "$@"'
+                return ["sh", "-c", join, "sh"]
+        pytest.skip("no memory cgroup this process may make a limited child of (needs root)")
+
+    yield confine
+    for child in made:
+        for _ in range(50):  # the confined process leaves its cgroup as it is reaped
+            try:
+                child.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,7 +28,8 @@ from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
 from linc_core.problems.spec import problem_names
-from linc_core.runs.memory import estimate_run_memory, machine_memory_bytes
+from linc_core.runs.memory import estimate_run_memory
+from linc_core.runs.memory_limit import memory_limit, resident_bytes
 from linc_core.runs.plan import (
     DataSource,
     RunPlan,
@@ -81,19 +82,24 @@ def named_by_flag(message: str) -> str:
 
 
 def check_memory(plan: RunPlan) -> None:
-    """A CPU run the machine can hold: the run's estimated peak
-    (:func:`linc_core.runs.memory.estimate_run_memory`, what a sweep reserves per trial) at
-    most the machine's memory, else :class:`CommandLineError` naming the flags that size it
-    (a batch far too large would otherwise end in a ``MemoryError`` or the kernel's OOM kill)."""
+    """A CPU run this process can hold: the run's estimated peak
+    (:func:`linc_core.runs.memory.estimate_run_memory`, the terms a sweep reserves per trial)
+    at most the memory it may use (the machine's, or its cgroup's limit in a container:
+    :func:`linc_core.runs.memory_limit.memory_limit`), else :class:`CommandLineError` naming
+    the flags that size it (a batch far too large would otherwise end in a ``MemoryError`` or
+    the kernel's OOM kill)."""
     if plan.train.device != "cpu":
         return
-    needed, machine = estimate_run_memory(plan), machine_memory_bytes()
-    if needed > machine:
+    # The process's own memory as it stands (torch imported: about 0.25 GiB), not the 1 GiB a
+    # sweep reserves for a Ray worker's imports, which would refuse small runs that fit in a
+    # 1 GiB container.
+    needed, limit = estimate_run_memory(plan, base_bytes=resident_bytes()), memory_limit()
+    if needed > limit.size:
         train = plan.train
         sizes = f"--batch-size {train.batch_size} x --rollouts {train.num_rollouts}"
         raise CommandLineError(
             f"{sizes} at --size {plan.data.num_customers} needs about {size_in_words(needed)} "
-            f"of memory; this machine has {size_in_words(machine)}"
+            f"of memory; {limit.describe()} {size_in_words(limit.size)}"
         )
 
 

@@ -45,8 +45,6 @@ so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of 
 
 from __future__ import annotations
 
-import os
-
 from linc_core.decoding.config import DecodeConfig, best_of_k_chunk
 from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.problems.spec import problem_spec
@@ -81,9 +79,15 @@ def parameter_count(plan: RunPlan) -> int:
     return sum(p.numel() for p in policy.parameters())
 
 
-def estimate_run_memory(plan: RunPlan, workers: int = 1) -> int:
+def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_BYTES) -> int:
     """Bytes one process of the run needs (``workers`` data-parallel processes share each
-    batch; see the module docstring for the terms and their measurements)."""
+    batch; see the module docstring for the terms and their measurements).
+
+    Args:
+        base_bytes: the process's own memory before the run: ``BASE_BYTES`` for a Ray worker
+            not yet started; a running command passes what it holds
+            (:func:`linc_core.runs.memory_limit.resident_bytes`).
+    """
     model, train = plan.model, plan.train
     nodes, width = plan.data.num_customers + 1, model.embedding_dim
     batch, rollouts = train.batch_size / workers, train.num_rollouts
@@ -110,13 +114,7 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1) -> int:
             floats = _decode_floats(min(rows, all_rows), per_row, evaluated_nodes, width)
             decode = max(decode, floats)
     working = FLOAT * (step + decode)
-    return int(BASE_BYTES + 16 * parameter_count(plan) + SAFETY * working)
-
-
-def machine_memory_bytes() -> int:
-    """The machine's physical memory in bytes (what ``linc-train`` holds a CPU run's estimate
-    against)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(base_bytes + 16 * parameter_count(plan) + SAFETY * working)
 
 
 def _decode_floats(rows: int, rollouts: int, nodes: int, width: int) -> float:
@@ -141,4 +139,4 @@ def _evaluated_customers(plan: RunPlan) -> int:
     return largest
 
 
-__all__ = ["BASE_BYTES", "estimate_run_memory", "machine_memory_bytes", "parameter_count"]
+__all__ = ["BASE_BYTES", "estimate_run_memory", "parameter_count"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from linc_core.commands.train import main as linc_train
-from linc_core.runs.memory import machine_memory_bytes
+from linc_core.runs.memory_limit import memory_limit
 from linc_core.train.checkpoint import save_checkpoint
 from linc_core.utils.files import size_in_words
 from linc_core.utils.tensor_file import load_tensor_file
@@ -180,6 +182,34 @@ def test_a_run_larger_than_the_machine_is_refused_before_any_work(tmp_path, caps
     out = tmp_path / "out"
     err = _refused([*_flags(), "--out", str(out), "--batch-size", "10000000"], capsys)
     assert err.startswith("linc-train: --batch-size 10000000 x --rollouts ")
-    machine = size_in_words(machine_memory_bytes())
-    assert " TiB of memory; this machine has " in err and err.endswith(machine)
+    limit = memory_limit()
+    assert " TiB of memory; " in err and err.endswith(f"{size_in_words(limit.size)}")
+    assert err.endswith(f"{limit.describe()} {size_in_words(limit.size)}")
     assert not out.exists()
+
+
+def test_a_container_limit_refuses_what_does_not_fit_and_runs_what_does(
+    memory_cgroup, tmp_path
+) -> None:
+    """In a real cgroup limited to 1 GiB (a container's ``--memory 1g``) on a machine of many:
+    a run estimated at about 5 GiB is refused in one line naming the limit (before, the kernel
+    killed it mid-step, exit status 137); a small run (about 0.5 GiB at its peak) trains, not
+    refused by the 1 GiB a sweep reserves for a Ray worker's imports."""
+    gib = 1 << 30
+    command = [*memory_cgroup(gib), sys.executable, "-m", "linc_core.commands.train", *_flags()]
+    big = tmp_path / "big"
+    sizes = ["--size", "100", "--batch-size", "64", "--rollouts", "128"]
+    refused = subprocess.run(
+        [*command, *sizes, "--out", str(big)], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stdout == ""
+    assert refused.stderr.startswith("linc-train: --batch-size 64 x --rollouts 128 at --size 100")
+    assert refused.stderr.endswith(" GiB of memory; this process's cgroup allows 1 GiB\n")
+    assert not big.exists()
+    small = tmp_path / "small"
+    ran = subprocess.run(
+        [*command, "--out", str(small)], capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert (small / "latest.pt").is_file()
