@@ -98,20 +98,40 @@ def check_writable(setting: str, location: str) -> None:
             stream.write(b"linc")
         filesystem.delete_file(probe)
     except (OSError, ValueError) as err:
-        message = f"{setting}: cannot write to {redact(location)} ({_reason(err)})"
-        raise SweepRefused(message) from None
+        # mkdir over a file says "File exists"; the trouble is that it is no folder
+        reason = "Not a directory" if isinstance(err, FileExistsError) else _reason(err)
+        raise SweepRefused(f"{setting}: cannot write to {redact(location)} ({reason})") from None
+
+
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+def store_scheme(uri: str) -> str:
+    """The kind of MLflow store ``uri`` names: its scheme without a driver
+    (``postgresql+psycopg2://`` is ``postgresql``), ``""`` for a plain path."""
+    return uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+
+
+def _no_sqlite_file(setting: str, uri: str) -> None:
+    """``sqlite://`` and ``sqlite://HOST/...`` name no file: an in-memory store, gone with the
+    process (a sweep's trials would each log to their own), or a URL SQLite cannot open."""
+    if store_scheme(uri) == "sqlite" and not uri.startswith("sqlite:///"):
+        message = f"{setting}: {redact(uri)} names no database file (expected sqlite:///PATH)"
+        raise SweepRefused(message)
 
 
 def check_tracking(uri: str) -> None:
-    """The store ``uri`` can be written (SQLite, a folder) or answers (a server)."""
-    if uri.startswith("sqlite:///"):
-        _check_sqlite(uri)
-    elif uri.startswith(("http://", "https://")):
+    """The store ``uri`` can be written (SQLite, a folder) or answers (a server, a database)."""
+    scheme = store_scheme(uri)
+    _no_sqlite_file("tracking.uri", uri)
+    if scheme in ("http", "https"):
         check_server(uri)
-    elif "://" not in uri or uri.startswith("file://"):
-        check_writable("tracking.uri", uri.removeprefix("file://"))
-    elif uri.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "mysql", "mssql"):
+    elif scheme in DATABASE_SCHEMES:
         check_database("tracking.uri", uri)
+    elif scheme == "sqlite":
+        _check_sqlite(uri)
+    elif scheme in ("file", ""):
+        check_writable("tracking.uri", uri.removeprefix("file://"))
 
 
 def check_readable_store(setting: str, uri: str) -> None:
@@ -119,10 +139,11 @@ def check_readable_store(setting: str, uri: str) -> None:
     one): a server answers, a database takes a connection, a SQLite file or a folder store
     exists and a SQLite file holds MLflow's tables (opened read-only). Other schemes are left
     to MLflow."""
-    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    scheme = store_scheme(uri)
+    _no_sqlite_file(setting, uri)
     if scheme in ("http", "https"):
         check_server(uri, setting)
-    elif scheme in ("postgresql", "mysql", "mssql"):
+    elif scheme in DATABASE_SCHEMES:
         check_database(setting, uri)
     elif scheme in ("sqlite", "file", ""):
         path = Path(uri.removeprefix("sqlite:///").removeprefix("file://")).expanduser()
@@ -131,7 +152,10 @@ def check_readable_store(setting: str, uri: str) -> None:
                 f"{setting}: no {'database' if scheme == 'sqlite' else 'store'} "
                 f"at {redact(str(path))}"
             )
-        problem = _not_a_store(path) if scheme == "sqlite" else None
+        if scheme == "sqlite":
+            problem = _not_a_store(path)
+        else:
+            problem = None if path.is_dir() else "not a folder"
         if problem is not None:
             raise SweepRefused(f"{setting}: {redact(str(path))} is {problem}")
 
@@ -214,7 +238,8 @@ def _check_sqlite(uri: str) -> None:
         finally:
             connection.close()
     except sqlite3.Error as err:
-        raise SweepRefused(f"tracking.uri: cannot write to {path} ({_reason(err)})") from None
+        message = f"tracking.uri: cannot write to {redact(str(path))} ({_reason(err)})"
+        raise SweepRefused(message) from None
 
 
 def check_server(uri: str, setting: str = "tracking.uri") -> None:
@@ -246,6 +271,7 @@ __all__ = [
     "check_readable_store",
     "check_server",
     "check_tracking",
+    "store_scheme",
     "check_writable",
     "preflight",
 ]

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from linc_core.instances.parquet import SCHEMA_VERSION
-from orchestration.experiment.preflight import check_readable, preflight
+from orchestration.experiment.preflight import (
+    check_readable,
+    check_readable_store,
+    check_tracking,
+    preflight,
+    store_scheme,
+)
 from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
 
@@ -62,3 +68,54 @@ def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
         broken = _data_set(tmp_path / name, text)
         with pytest.raises(SweepRefused, match=f"data.uri: cannot read the data set {broken}"):
             check_readable("data.uri", broken, "cvrp")
+
+
+@pytest.mark.parametrize(
+    "uri, refusal",
+    [
+        ("http://127.0.0.1:9", "the store http://127.0.0.1:9 does not answer (Connection refused)"),
+        (
+            "postgresql+psycopg2://linc:hunter2@127.0.0.1:9/runs",
+            "the database postgresql+psycopg2://linc:***@127.0.0.1:9/runs does not answer",
+        ),
+        ("sqlite://", "sqlite:// names no database file (expected sqlite:///PATH)"),
+        ("sqlite://host/x.db", "sqlite://host/x.db names no database file"),
+        ("sqlite:///{file}/mlflow.db", "cannot write to {file} (Not a directory)"),
+        ("{file}", "cannot write to {file} (Not a directory)"),
+        ("file://{file}/runs", "cannot write to {file}/runs (Not a directory)"),
+    ],
+)
+def test_each_kind_of_tracking_store_gets_its_check(tmp_path: Path, uri, refusal) -> None:
+    """A sweep's store (written) and linc-report's (read) go through one reading of the
+    scheme (``store_scheme``): a server, a database (the driver named in the scheme), a SQLite
+    file, a folder; the password masked. The writer's refusal is the same as the reader's
+    for servers and databases."""
+    file = tmp_path / "a-file"
+    file.write_text("")
+    uri, refusal = uri.format(file=file), refusal.format(file=file)
+    with pytest.raises(SweepRefused) as refused:
+        check_tracking(uri)
+    assert str(refused.value).startswith(f"tracking.uri: {refusal}")
+    if "does not answer" in refusal or "names no" in refusal:
+        with pytest.raises(SweepRefused, match="^--tracking-uri: ") as read:
+            check_readable_store("--tracking-uri", uri)
+        assert str(read.value).startswith(f"--tracking-uri: {refusal}")
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_reader_refuses_what_is_not_there_and_creates_nothing(tmp_path: Path) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("")
+    for uri, refusal in [
+        (str(tmp_path / "none"), f"no store at {tmp_path / 'none'}"),
+        (f"file://{tmp_path / 'none'}", f"no store at {tmp_path / 'none'}"),
+        (f"sqlite:///{tmp_path / 'none.db'}", f"no database at {tmp_path / 'none.db'}"),
+        (str(file), f"{file} is not a folder"),
+        (f"sqlite:///{file}", f"{file} is an SQLite file without MLflow's tables"),
+    ]:
+        with pytest.raises(SweepRefused) as refused:
+            check_readable_store("--tracking-uri", uri)
+        assert str(refused.value) == f"--tracking-uri: {refusal}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert store_scheme("postgresql+psycopg2://h/db") == "postgresql"
+    assert (store_scheme("/runs"), store_scheme("file:///runs")) == ("", "file")
