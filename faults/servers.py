@@ -113,6 +113,13 @@ class MlflowServer:
         self.stop()
 
 
+S3_TEST_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
 class S3Server:
     """moto's S3 server (``python -m moto.server``) on 127.0.0.1 with one bucket, in a process of
     its own (a server thread inside a busy test process misses the client's connect timeout);
@@ -128,11 +135,8 @@ class S3Server:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self, timeout: float = 120.0) -> S3Server:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }.items():
+        # Keys a caller set stay (a test that follows its own through a sweep); else test keys.
+        for name, value in S3_TEST_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
         command = [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)]
         self.process = subprocess.Popen(
@@ -245,6 +249,7 @@ __all__ = [
     "LOOPBACK",
     "MlflowServer",
     "S3Server",
+    "S3_TEST_ENVIRONMENT",
     "free_port",
     "listening_addresses",
     "non_loopback",

@@ -34,6 +34,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from faults.servers import S3_TEST_ENVIRONMENT, S3Server
 from linc_core.config import ModelConfig, TrainConfig
 from linc_core.instances import Instance
 from linc_core.instances.benchmarks import data_dir as resolve_data_dir
@@ -88,6 +89,21 @@ def refusals_in_fresh_process(
     limit = f"resource.setrlimit(resource.RLIMIT_AS, ({memory_limit}, {memory_limit}))\n"
     out = fresh_python(f"import json, resource, time\n{imports}\n{limit}{timed}", timeout=60)
     return [tuple(json.loads(line)) for line in out.splitlines()]
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One moto S3 server for the session (``faults.servers.S3Server``: its own process on
+    127.0.0.1, a bucket ``linc``) with test AWS keys in the environment while it runs, never a
+    developer's own. Each test keeps to its own prefix (``s3_server.uri(prefix)``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in S3_TEST_ENVIRONMENT.items():
+            patch.setenv(key, value)
+        server = S3Server().start()
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 @pytest.fixture

@@ -175,37 +175,32 @@ def test_another_hosts_key_and_an_unsealed_folder_are_refused_then_trusted_once(
     assert "accepted" not in sweep.resumed(**moved)  # sealed: an untouched re-run just resumes
 
 
-def test_the_seal_holds_on_s3(monkeypatch) -> None:
+def test_the_seal_holds_on_s3(monkeypatch, s3_server) -> None:
     """Sealing, putting back and refusing on S3 (a moto server), as on a cluster's storage."""
     import pyarrow.fs as pafs
 
-    from faults.servers import S3Server
     from orchestration.data.storage import open_filesystem
     from orchestration.experiment.folder import SweepFolder
     from orchestration.experiment.tune_state import StateKeeper, check_state, keep_intact
     from orchestration.failures import SweepRefused
 
     monkeypatch.setenv("LINC_STATE_KEY", OTHER_KEY)  # not the user's key file
-    s3 = S3Server().start()
-    try:
-        filesystem, root = open_filesystem(s3.uri("runs"))
-        folder = f"{root}/{SWEEP}"
-        with tempfile.TemporaryDirectory() as staging:
-            Path(staging, "tuner.pkl").write_bytes(ray.cloudpickle.dumps({"a": 1}))
-            Path(staging, "experiment_state-x.json").write_bytes(b'{"trial_data": []}')
-            keeper = StateKeeper(SweepFolder(filesystem, folder))
-            assert sorted(keep_intact(keeper, {}, source=staging)) == [
-                "experiment_state-x.json",
-                "tuner.pkl",
-            ]
-            pafs.copy_files(staging, folder, destination_filesystem=filesystem)  # Tune's upload
-        with filesystem.open_output_stream(f"{folder}/tuner.pkl") as out:
-            out.write(b"\x80\x05junk")
-        assert check_state(keeper.folder).put_back == ("tuner.pkl",)
-        for path in (f"{folder}/tuner.pkl", f"{folder}/.linc-intact/tuner.pkl"):
-            with filesystem.open_output_stream(path) as out:
-                out.write(ray.cloudpickle.dumps({"a": 2}))
-        with pytest.raises(SweepRefused, match="tuner.pkl was changed outside this driver"):
-            check_state(keeper.folder)
-    finally:
-        s3.stop()
+    filesystem, root = open_filesystem(s3_server.uri("sealed-runs"))
+    folder = f"{root}/{SWEEP}"
+    with tempfile.TemporaryDirectory() as staging:
+        Path(staging, "tuner.pkl").write_bytes(ray.cloudpickle.dumps({"a": 1}))
+        Path(staging, "experiment_state-x.json").write_bytes(b'{"trial_data": []}')
+        keeper = StateKeeper(SweepFolder(filesystem, folder))
+        assert sorted(keep_intact(keeper, {}, source=staging)) == [
+            "experiment_state-x.json",
+            "tuner.pkl",
+        ]
+        pafs.copy_files(staging, folder, destination_filesystem=filesystem)  # Tune's upload
+    with filesystem.open_output_stream(f"{folder}/tuner.pkl") as out:
+        out.write(b"\x80\x05junk")
+    assert check_state(keeper.folder).put_back == ("tuner.pkl",)
+    for path in (f"{folder}/tuner.pkl", f"{folder}/.linc-intact/tuner.pkl"):
+        with filesystem.open_output_stream(path) as out:
+            out.write(ray.cloudpickle.dumps({"a": 2}))
+    with pytest.raises(SweepRefused, match="tuner.pkl was changed outside this driver"):
+        check_state(keeper.folder)

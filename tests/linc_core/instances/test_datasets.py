@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -420,21 +419,6 @@ def test_a_file_at_its_cap_is_read_and_one_byte_more_refused(
     assert_one_line(err, f"{root}/{MANIFEST_NAME}", "<file>")
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server (``faults.servers.S3Server``) with a bucket ``linc``, and fake AWS keys
-    in the environment while it runs (never a developer's own, sent to a test server)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-            patch.setenv(key, "testing")
-        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        server = S3Server().start()
-        try:
-            yield server
-        finally:
-            server.stop()
-
-
 def test_an_object_over_its_cap_is_refused_by_its_listed_size(
     tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -472,3 +456,47 @@ def test_an_object_over_its_cap_is_refused_by_its_listed_size(
         read_manifest(uri)
     assert_one_line(err, f"s3://linc/capped/{MANIFEST_NAME}", "<file>")
     assert err.value.value == size_in_words(manifest_size)
+
+
+def test_an_object_replaced_between_its_listing_and_its_read_is_refused(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listed size decides how much is fetched; an object rewritten on the server right
+    after its listing (a real upload, timed by wrapping the listing) is refused: grown past
+    the cap, by the bytes read past it; grown under the cap, read in part, by its sha256."""
+    local = tmp_path / "set"
+    write_manifest(local, [write_shard(local)])
+    # the same 4 rows at 30 customers: a larger object under the same name
+    replacement = parquet_bytes(instance_to_table(generate_cvrp(4, 30, 1))).to_pybytes()
+    uri = s3_server.uri("replaced")
+    fs, path = resolve_filesystem(uri)
+    shard_key = f"{path}/{SHARD}"
+
+    def upload(files: dict[str, bytes]) -> None:
+        for key, data in files.items():
+            with fs.open_output_stream(f"{path}/{key}") as out:
+                out.write(data)
+
+    upload({name: (local / name).read_bytes() for name in (MANIFEST_NAME, SHARD)})
+    listed_then_replaced = datasets._check_remote_size
+
+    def listing_then_upload(source, filesystem, key, max_bytes):
+        size = listed_then_replaced(source, filesystem, key, max_bytes)
+        if key == shard_key:
+            upload({SHARD: replacement})
+        return size
+
+    monkeypatch.setattr(datasets, "_check_remote_size", listing_then_upload)
+    small, large = (local / SHARD).stat().st_size, len(replacement)
+    assert large > small
+    monkeypatch.setattr(datasets, "MAX_SHARD_BYTES", small)  # the old object fits, the new not
+    with pytest.raises(DatasetSchemaError) as err:
+        load_dataset(uri)
+    assert_one_line(err, f"s3://linc/replaced/{SHARD}", "<file>")
+    assert err.value.value == f"over {size_in_words(small)}"
+    upload({SHARD: (local / SHARD).read_bytes()})
+    monkeypatch.setattr(datasets, "MAX_SHARD_BYTES", 2 * large)  # both fit: read in part
+    with pytest.raises(DatasetSchemaError) as err:
+        load_dataset(uri)
+    assert_one_line(err, f"s3://linc/replaced/{SHARD}", "sha256")
+    assert err.value.problem == "differs from the manifest"

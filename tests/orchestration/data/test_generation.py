@@ -1,7 +1,7 @@
 """Distributed data set generation on a local Ray, to a local folder and to a moto S3 server.
 
-One Ray session (``ray_session`` in conftest) and one moto server (127.0.0.1, free port) serve
-the whole module. Every generation run reuses one small reference config so runs can be
+One Ray session (``ray_session`` in conftest) and the session's moto server (``s3_server``)
+serve the whole module. Every generation run reuses one small reference config so runs can be
 compared byte for byte.
 """
 
@@ -11,11 +11,11 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from faults.servers import S3Server
 from linc_core.instances import TENSOR_FIELDS, Instance
 from linc_core.instances.datasets import MANIFEST_NAME, load_dataset, shard_name
 from linc_core.problems.cvrptw import generate_cvrptw_envelope
@@ -64,36 +64,6 @@ def reference_set(ray_session, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("datagen") / "reference"
     generate_dataset(config(str(root)))
     return root
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 with a bucket ``linc``; yields ``host:port``."""
-    # Imported here: moto brings in its web server stack (~2 s), which only the S3 tests need.
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"{host}:{port}"
-    fake = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {key: os.environ.get(key) for key in fake}
-    os.environ.update(fake)
-    boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1").create_bucket(
-        Bucket="linc"
-    )
-    yield endpoint
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 # ------------------------------------------------------------------------------ config
@@ -298,9 +268,9 @@ def test_a_tampered_manifest_is_refused_in_one_line(reference_set: Path, tmp_pat
 
 
 def test_s3_generation_matches_local_bytes_and_reads_back(
-    reference_set: Path, s3_server: str
+    reference_set: Path, s3_server: S3Server
 ) -> None:
-    uri = f"s3://linc/sets/ref?endpoint_override={s3_server}&scheme=http"
+    uri = s3_server.uri("sets/ref")
     generate_dataset(config(uri))
     filesystem, root = open_filesystem(uri)
     for name, data in folder_bytes(reference_set).items():

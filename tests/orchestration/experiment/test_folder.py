@@ -81,22 +81,18 @@ def test_of_two_drivers_writing_at_once_only_the_last_one_holds(tmp_path: Path, 
     assert record(tmp_path)["token"] == "rival"
 
 
-def test_the_lease_works_on_s3() -> None:
-    server = S3Server().start()
-    try:
-        filesystem, root = open_filesystem(server.uri("tune"))
-        folder = SweepFolder(filesystem, f"{root}/sweep")
-        held = folder.take_lease("sweep")
-        with pytest.raises(SweepRefused, match=f"pid {os.getpid()},"):
-            folder.take_lease("sweep")
-        held.release()
-        folder.write_json("linc_sweep.json", {"parent_run_id": "r"})
-        assert folder.record() == {"parent_run_id": "r"}
-        assert folder.read("absent.json") is None
-        missing = filesystem.get_file_info(f"{root}/sweep/{LEASE_FILE}").type
-        assert missing == pafs.FileType.NotFound
-    finally:
-        server.stop()
+def test_the_lease_works_on_s3(s3_server: S3Server) -> None:
+    filesystem, root = open_filesystem(s3_server.uri("lease"))
+    folder = SweepFolder(filesystem, f"{root}/sweep")
+    held = folder.take_lease("sweep")
+    with pytest.raises(SweepRefused, match=f"pid {os.getpid()},"):
+        folder.take_lease("sweep")
+    held.release()
+    folder.write_json("linc_sweep.json", {"parent_run_id": "r"})
+    assert folder.record() == {"parent_run_id": "r"}
+    assert folder.read("absent.json") is None
+    missing = filesystem.get_file_info(f"{root}/sweep/{LEASE_FILE}").type
+    assert missing == pafs.FileType.NotFound
 
 
 def test_one_policy_for_every_read_and_write(tmp_path: Path, monkeypatch) -> None:
@@ -143,14 +139,12 @@ def _read_all_and_write_all(folder: SweepFolder) -> None:
     assert folder.read("a.json") == b"2"
 
 
-def test_read_all_and_write_all_locally_and_on_s3(tmp_path: Path, monkeypatch) -> None:
+def test_read_all_and_write_all_locally_and_on_s3(
+    tmp_path: Path, monkeypatch, s3_server: S3Server
+) -> None:
     _read_all_and_write_all(SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "sweep")))
-    server = S3Server().start()
-    try:
-        filesystem, root = open_filesystem(server.uri("tune"))
-        _read_all_and_write_all(SweepFolder(filesystem, f"{root}/sweep"))
-    finally:
-        server.stop()
+    filesystem, root = open_filesystem(s3_server.uri("read-all"))
+    _read_all_and_write_all(SweepFolder(filesystem, f"{root}/sweep"))
     # a storage that keeps failing: one error naming the folder, after the one policy's tries
     monkeypatch.setattr(folder_module, "ATTEMPTS", 2)
     monkeypatch.setattr("orchestration.data.storage.time.sleep", lambda s: None)
