@@ -43,7 +43,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -76,12 +76,19 @@ from linc_core.evaluate.scoring import (
     evaluate_set,
     planned_rollouts,
 )
+from linc_core.model import LincPolicy
 from linc_core.presets import variant_of
+from linc_core.runs.memory import chunk_within
+from linc_core.runs.memory_limit import memory_limit, resident_bytes
 from linc_core.utils.atomic import write_atomic
+from linc_core.utils.files import size_in_words
 from linc_core.utils.progress import Progress
 
 # --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
 DEFAULT_Z = {"sampling": 800, "greedy": 1}
+# Of the memory left after loading, the share kept back from the decoding's chunks (for what the
+# command holds after them: the results, the plots).
+MEMORY_HEADROOM = 0.25
 # DecodeConfig's fields and the flags that set them: its refusals name the flag given.
 DECODE_FLAGS = {
     "method": "--decode",
@@ -130,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-rollouts-per-chunk",
         type=int,
         default=None,
-        help="rollouts decoded at once (default: 16384 on CPU, 65536 on CUDA)",
+        help="rollouts decoded at once (default: 65536 on CUDA; 16384 on CPU, halved until a "
+        "chunk fits the memory this process may use, a container's limit included)",
     )
     p.add_argument(
         "--compile",
@@ -236,6 +244,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     plotted = _plot_names(args.plot, args.benchmark, [i.names[0] for i in bench.instances])
     check_writable_folder("--out", out)
     _report_set(bench)
+    config = _chunk_within_memory(args, config, bench, policy)
     pyvrp, pyvrp_seconds = None, math.nan
     if args.pyvrp_seconds > 0 and bench.instances:
         pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
@@ -287,6 +296,32 @@ def _evaluate(args: argparse.Namespace) -> int:
     plots = ", plots/" if plotted else ""
     print(f"wrote {out}/rows.csv, rows.parquet, table.md, summary.json, routes/*.sol{plots}")
     return 1 if summary["errors"] else 0
+
+
+def _chunk_within_memory(
+    args: argparse.Namespace, config: DecodeConfig, bench: BenchmarkSet, policy: LincPolicy
+) -> DecodeConfig:
+    """On CPU, without ``--max-rollouts-per-chunk``: the default chunk, halved while a chunk
+    of the set's largest instance would not fit in what this process may still use (in a
+    small container, its cgroup's limit), said in one line. The rows are the same whatever the
+    chunk; ``summary.json`` records the one used."""
+    if config.max_rollouts_per_chunk is not None or not bench.instances:
+        return config
+    if next(policy.parameters()).device.type != "cpu":
+        return config
+    largest = max(bench.instances, key=lambda instance: instance.num_nodes)
+    limit = memory_limit()
+    free = int((limit.size - resident_bytes()) * (1 - MEMORY_HEADROOM))
+    width, z_dim = policy.config.embedding_dim, policy.config.z_dim
+    chunk = chunk_within(config, largest.num_customers, largest.num_nodes, z_dim, width, free)
+    if chunk is None:
+        return config
+    print(
+        f"decoding at most {chunk} rollouts at a time: {limit.describe()} "
+        f"{size_in_words(limit.size)} (--max-rollouts-per-chunk to choose)",
+        flush=True,
+    )
+    return replace(config, max_rollouts_per_chunk=chunk)
 
 
 def _report_set(bench: BenchmarkSet) -> None:

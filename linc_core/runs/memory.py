@@ -45,6 +45,8 @@ so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from linc_core.decoding.config import DecodeConfig, best_of_k_chunk
 from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.problems.spec import problem_spec
@@ -117,6 +119,33 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     return int(base_bytes + 16 * parameter_count(plan) + SAFETY * working)
 
 
+MIN_ROLLOUTS_PER_CHUNK = 256
+
+
+def decoding_bytes(config: DecodeConfig, customers: int, nodes: int, z_dim: int, width: int) -> int:
+    """Bytes one chunk of ``config``'s decoding holds on CPU (the estimate's decoding term, with
+    its safety factor) for instances of ``customers`` customers (``nodes`` nodes)."""
+    rows, per_row = config.chunk_shape(customers, nodes, z_dim, "cpu")
+    return int(SAFETY * FLOAT * _decode_floats(rows, per_row, nodes, width))
+
+
+def chunk_within(
+    config: DecodeConfig, customers: int, nodes: int, z_dim: int, width: int, free_bytes: int
+) -> int | None:
+    """Rollouts per chunk for a CPU decoding that must fit in ``free_bytes``: None when
+    ``config``'s own chunk fits, else its chunk halved until one fits (results do not depend
+    on the chunk), at least ``MIN_ROLLOUTS_PER_CHUNK``."""
+    chunk = config.rollouts_per_chunk("cpu")
+    if decoding_bytes(config, customers, nodes, z_dim, width) <= free_bytes:
+        return None
+    while chunk > MIN_ROLLOUTS_PER_CHUNK:
+        chunk = max(chunk // 2, MIN_ROLLOUTS_PER_CHUNK)
+        smaller = replace(config, max_rollouts_per_chunk=chunk)
+        if decoding_bytes(smaller, customers, nodes, z_dim, width) <= free_bytes:
+            break
+    return chunk
+
+
 def _decode_floats(rows: int, rollouts: int, nodes: int, width: int) -> float:
     """Floats one chunk of a decoding holds: its ``rows`` are encoded together and roll out
     ``rollouts`` each (the decoders' chunks: ``DecodeConfig.chunk_shape``)."""
@@ -139,4 +168,11 @@ def _evaluated_customers(plan: RunPlan) -> int:
     return largest
 
 
-__all__ = ["BASE_BYTES", "estimate_run_memory", "parameter_count"]
+__all__ = [
+    "BASE_BYTES",
+    "MIN_ROLLOUTS_PER_CHUNK",
+    "chunk_within",
+    "decoding_bytes",
+    "estimate_run_memory",
+    "parameter_count",
+]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -109,3 +112,39 @@ def test_without_matplotlib_the_results_are_written_and_the_plots_left_out(
     assert "plots/" not in captured.out and not (out / "plots").exists()
     assert json.loads((out / "summary.json").read_text())["feasible"] == 1
     assert (out / "routes" / "C101.sol").is_file()
+
+
+def test_a_small_container_decodes_in_smaller_chunks_to_the_same_rows(
+    memory_cgroup, data_dir, tmp_path, capsys
+) -> None:
+    """In a real cgroup of 512 MiB, two Solomon-100 at z=800 x8 in the default chunk (16,384
+    rollouts: all 12,800 at once) were killed by the kernel (SIGKILL 3 s in); linc-eval now
+    halves the chunk until the decoding fits what the process may still use, says so, records
+    it, and writes the rows an unconfined run writes."""
+    checkpoint = Path(__file__).resolve().parents[3] / "models" / "full_linc_cvrptw_n100.pt"
+    flags = ["--checkpoint", str(checkpoint), "--benchmark", "solomon100", "--limit", "2"]
+    flags += ["--no-progress", "--plot", "0"]
+    free, confined = tmp_path / "free", tmp_path / "confined"
+    assert main([*flags, "--out", str(free)]) == 0
+    capsys.readouterr()
+    command = [*memory_cgroup(512 << 20), sys.executable, "-m", "linc_core.commands.evaluate"]
+    environment = os.environ | {"LINC_DATA_DIR": str(data_dir)}
+    ran = subprocess.run(
+        [*command, *flags, "--out", str(confined)],
+        capture_output=True, text=True, timeout=300, env=environment,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    chosen = json.loads((confined / "summary.json").read_text())["decode"]
+    assert (
+        json.loads((free / "summary.json").read_text())["decode"]["max_rollouts_per_chunk"] is None
+    )
+    chunk = chosen["max_rollouts_per_chunk"]
+    assert chunk in (256, 512, 1024, 2048, 4096, 8192), chunk
+    told = f"decoding at most {chunk} rollouts at a time: this process's cgroup allows 512 MiB"
+    assert f"{told} (--max-rollouts-per-chunk to choose)\n" in ran.stdout
+
+    def rows(folder: Path) -> list[dict]:
+        with open(folder / "rows.csv", newline="") as f:
+            return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+
+    assert rows(confined) == rows(free) and len(rows(free)) == 2

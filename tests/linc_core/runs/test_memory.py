@@ -7,7 +7,14 @@ import pytest
 from linc_core.decoding.config import ROLLOUTS_PER_CHUNK, DecodeConfig, best_of_k_chunk
 from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.instances.benchmarks import BENCHMARKS, list_instances
-from linc_core.runs.memory import DECODE_INSTANCE, DECODE_ROW, _decode_floats
+from linc_core.runs.memory import (
+    DECODE_INSTANCE,
+    DECODE_ROW,
+    MIN_ROLLOUTS_PER_CHUNK,
+    _decode_floats,
+    chunk_within,
+    decoding_bytes,
+)
 
 
 def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
@@ -54,3 +61,23 @@ def test_the_largest_instance_of_each_named_set_is_declared(data_dir) -> None:
     assert largest_customers("solomon50") == 50
     assert largest_customers("synthetic-cvrp-70") == 70
     assert largest_customers("/some/folder") is None
+
+
+def test_a_chunk_is_halved_until_its_decoding_fits() -> None:
+    """Solomon-100 at z=800 x8 on CPU, by hand: the default chunk holds 20 rows of 800 (1.5 x 4
+    bytes x (0.85 x 20 x 101^2 x 128 + 0.4 x 20 x 800 x 101 x 128) = 630 MB); 10 rows at 8,192,
+    5 at 4,096, then one row in blocks of the chunk; never under 256 rollouts."""
+    config = DecodeConfig(num_z=800, augment=8)
+
+    def by_hand(rows: int, rollouts: int) -> int:
+        floats = DECODE_INSTANCE * rows * 101**2 * 128 + DECODE_ROW * rows * rollouts * 101 * 128
+        return int(1.5 * 4 * floats)
+
+    whole = decoding_bytes(config, 100, 101, 16, 128)
+    assert whole == by_hand(20, 800) and 625e6 < whole < 635e6
+    assert chunk_within(config, 100, 101, 16, 128, whole) is None
+    assert chunk_within(config, 100, 101, 16, 128, whole - 1) == 8192
+    assert chunk_within(config, 100, 101, 16, 128, by_hand(10, 800) - 1) == 4096
+    assert chunk_within(config, 100, 101, 16, 128, by_hand(1, 800)) == 1024  # 1 row of 800
+    assert chunk_within(config, 100, 101, 16, 128, by_hand(1, 512)) == 512  # blocks of 512
+    assert chunk_within(config, 100, 101, 16, 128, 0) == MIN_ROLLOUTS_PER_CHUNK == 256
