@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,14 +43,15 @@ def physical_memory_bytes() -> int:
 
 def resident_bytes() -> int:
     """This process's resident memory now, in bytes (``/proc/self/statm``; its peak so far
-    where that cannot be read)."""
+    where there is no ``/proc``, as on macOS)."""
     try:
         resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
         return resident_pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         import resource
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes there, KiB on Linux
 
 
 def memory_limit(

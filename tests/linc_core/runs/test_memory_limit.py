@@ -12,6 +12,7 @@ from linc_core.runs.memory_limit import (
     cgroup_memory_limit,
     memory_limit,
     physical_memory_bytes,
+    resident_bytes,
 )
 
 GIB = 1 << 30
@@ -92,3 +93,11 @@ def test_a_process_in_a_limited_cgroup_reads_its_limit(memory_cgroup) -> None:
     argv = [*memory_cgroup(GIB), sys.executable, "-c", script]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip() == f"({GIB}, 'cgroup')"
+
+
+def test_the_resident_memory_is_this_process_s_now() -> None:
+    """At most its peak so far (``ru_maxrss``, KiB on Linux), and more than a bare Python's."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert 20 << 20 < resident_bytes() <= peak
