@@ -96,8 +96,9 @@ def test_a_process_in_a_limited_cgroup_reads_its_limit(memory_cgroup) -> None:
 
 
 def test_the_resident_memory_is_this_process_s_now() -> None:
-    """At most its peak so far (``ru_maxrss``, KiB on Linux), and more than a bare Python's."""
+    """More than a bare Python's, and not past its peak so far (``ru_maxrss``, KiB on Linux;
+    the kernel updates it a little behind ``statm``: 5% of slack), so not in the wrong unit."""
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    assert 20 << 20 < resident_bytes() <= peak
+    assert 20 << 20 < resident_bytes() <= 1.05 * peak
