@@ -7,6 +7,7 @@ compared byte for byte.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -29,7 +30,7 @@ from orchestration.data.storage import (
     open_filesystem,
     open_training_data,
 )
-from tests.conftest import tiny_configs
+from tests.conftest import fresh_python, tiny_configs
 
 REFERENCE = {
     "task": "cvrptw",
@@ -101,25 +102,32 @@ def test_linc_generate_composes_and_refuses_bad_config_in_one_line(capsys) -> No
 
 
 def test_linc_generate_refuses_a_local_uri_it_cannot_write_before_ray_starts(
-    tmp_path: Path, capsys
+    tmp_path: Path,
 ) -> None:
-    import ray
-
-    from sweeps.generate import main
-
+    """In a process of its own: this one may hold another test's Ray session."""
     regular = tmp_path / "regular"
     regular.write_text("x")
     small = ["task=cvrp", "size=20", "count=4", "shard_size=2", "workers=1"]
-    for uri, reason in (
+    cases = [
         ("/proc/nope/x", "No such file or directory"),
         (f"{regular}/set", "Not a directory"),
         (f"file://{regular}/set", "Not a directory"),
-    ):
-        assert main([*small, f"uri={uri}"]) == 2
-        err = capsys.readouterr().err
+    ]
+    out = fresh_python(
+        "import contextlib, io, json\n"
+        "import ray\n"
+        "from sweeps.generate import main\n"
+        f"for uri in {[uri for uri, _ in cases]!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        f"        code = main({small!r} + [f'uri={{uri}}'])\n"
+        "    print(json.dumps([code, err.getvalue(), ray.is_initialized()]))\n"
+    )
+    results = [json.loads(line) for line in out.splitlines()]
+    for (uri, reason), (code, err, ray_started) in zip(cases, results, strict=True):
         shown = uri.removeprefix("file://")
+        assert (code, ray_started) == (2, False), uri
         assert err == f"linc-generate: uri: cannot write to {shown} ({reason})\n"
-        assert not ray.is_initialized()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["regular"]
 
 
