@@ -244,7 +244,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     plotted = _plot_names(args.plot, args.benchmark, [i.names[0] for i in bench.instances])
     check_writable_folder("--out", out)
     _report_set(bench)
-    config = _chunk_within_memory(args, config, bench, policy)
+    config = _chunk_within_memory(config, bench, policy)
     pyvrp, pyvrp_seconds = None, math.nan
     if args.pyvrp_seconds > 0 and bench.instances:
         pyvrp = pyvrp_costs(bench.instances, bench.convention, args.pyvrp_seconds, log=print)
@@ -299,7 +299,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _chunk_within_memory(
-    args: argparse.Namespace, config: DecodeConfig, bench: BenchmarkSet, policy: LincPolicy
+    config: DecodeConfig, bench: BenchmarkSet, policy: LincPolicy
 ) -> DecodeConfig:
     """On CPU, without ``--max-rollouts-per-chunk``: the default chunk, halved while a chunk
     of the set's largest instance would not fit in what this process may still use (in a

@@ -33,6 +33,11 @@ decode x8 aug     50    8     32     85                    89
 decode x8 aug     50    16    32     169                   179
 ================  ====  ====  =====  ====================  =================
 
+The decoding term alone (``decoding_bytes``) sizes ``linc-eval``'s CPU chunks to the memory the
+process has left (``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
+process's own resident memory as its base, against what the process may use
+(:mod:`linc_core.runs.memory_limit`).
+
 A trial reserves the estimate rounded up to 0.25 GiB: for ``preset=cpu-repro`` (n = 50,
 B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``; for
 ``preset=main-cpu`` 3 GiB for each model (its largest chunk: SGBS's 128 rows of 128 rollouts on
@@ -119,6 +124,8 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     return int(base_bytes + 16 * parameter_count(plan) + SAFETY * working)
 
 
+# The least chunk linc-eval halves to: below it the decoding's fixed costs per chunk dominate,
+# and a process without the memory for 256 rollouts has none for the model either.
 MIN_ROLLOUTS_PER_CHUNK = 256
 
 
