@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -124,7 +125,7 @@ def memory_cgroup() -> Iterator[Callable[[int], list[str]]]:
             made.append(child)
             if (child / cgroup.limit_file).exists():
                 (child / cgroup.limit_file).write_text(str(limit_bytes))
-                join = f'echo $$ > {child / "cgroup.procs"} && exec "$@"'
+                join = f'echo $$ > {shlex.quote(str(child / "cgroup.procs"))} && exec "$@"'
                 return ["sh", "-c", join, "sh"]
         pytest.skip("no memory cgroup this process may make a limited child of (needs root)")
 

@@ -65,6 +65,7 @@ from linc_core.instances.parquet import (
 )
 from linc_core.train.data import generate
 from linc_core.utils.atomic import is_temporary, write_atomic
+from linc_core.utils.files import over_cap, size_in_words
 from linc_core.utils.progress import Progress
 from orchestration.data.definition import DatagenConfig, ShardSpec
 from orchestration.data.storage import is_s3, open_filesystem, with_retries
@@ -159,7 +160,8 @@ class _ShardWorkerImpl:
         info = self._retry(lambda: self._filesystem.get_file_info(path), f"stat {source}")
         if info.type == pafs.FileType.File and (info.size or 0) > MAX_SHARD_BYTES:
             # never read whole: no shard this generator writes comes near the readers' cap
-            status, reason = "regenerated", f"{source}: {info.size} bytes, over the shard cap"
+            size = size_in_words(info.size)
+            status, reason = "regenerated", f"{source}: {size}, {over_cap(MAX_SHARD_BYTES)}"
         elif info.type == pafs.FileType.File:
             data = self._retry(lambda: self._read(path), f"read {source}")
             reason = check_shard(data, spec, source)
@@ -291,9 +293,9 @@ def _expected_checksums(
         return None
     source = f"{config.uri}/{MANIFEST_NAME}"
     if (found[0].size or 0) > MAX_MANIFEST_BYTES:  # never read whole into memory
+        size = size_in_words(found[0].size)
         raise DatagenError(
-            f"{source}: {found[0].size} bytes, larger than the {MAX_MANIFEST_BYTES} a manifest "
-            "may be; choose another uri or delete it"
+            f"{source}: {size}, {over_cap(MAX_MANIFEST_BYTES)}; choose another uri or delete it"
         )
 
     def read() -> bytes:

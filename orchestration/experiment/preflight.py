@@ -112,10 +112,10 @@ def store_scheme(uri: str) -> str:
     return uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
 
 
-def _no_sqlite_file(setting: str, uri: str) -> None:
+def _no_sqlite_file(setting: str, uri: str, scheme: str) -> None:
     """``sqlite://`` and ``sqlite://HOST/...`` name no file: an in-memory store, gone with the
     process (a sweep's trials would each log to their own), or a URL SQLite cannot open."""
-    if store_scheme(uri) == "sqlite" and not uri.startswith("sqlite:///"):
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
         message = f"{setting}: {redact(uri)} names no database file (expected sqlite:///PATH)"
         raise SweepRefused(message)
 
@@ -123,7 +123,7 @@ def _no_sqlite_file(setting: str, uri: str) -> None:
 def check_tracking(uri: str) -> None:
     """The store ``uri`` can be written (SQLite, a folder) or answers (a server, a database)."""
     scheme = store_scheme(uri)
-    _no_sqlite_file("tracking.uri", uri)
+    _no_sqlite_file("tracking.uri", uri, scheme)
     if scheme in ("http", "https"):
         check_server(uri)
     elif scheme in DATABASE_SCHEMES:
@@ -140,7 +140,7 @@ def check_readable_store(setting: str, uri: str) -> None:
     exists and a SQLite file holds MLflow's tables (opened read-only). Other schemes are left
     to MLflow."""
     scheme = store_scheme(uri)
-    _no_sqlite_file(setting, uri)
+    _no_sqlite_file(setting, uri, scheme)
     if scheme in ("http", "https"):
         check_server(uri, setting)
     elif scheme in DATABASE_SCHEMES:
