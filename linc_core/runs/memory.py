@@ -33,8 +33,9 @@ decode x8 aug     50    8     32     85                    89
 decode x8 aug     50    16    32     169                   179
 ================  ====  ====  =====  ====================  =================
 
-The decoding term alone (``decoding_bytes``) sizes ``linc-eval``'s CPU chunks to the memory the
-process has left (``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
+The decoding term alone (``decoding_bytes``), with the heap's growth over a long decoding
+(``DECODE_GROWTH``), sizes ``linc-eval``'s CPU chunks to the memory the process has left
+(``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
 process's own resident memory as its base, against what the process may use
 (:mod:`linc_core.runs.memory_limit`).
 
@@ -124,6 +125,15 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     return int(base_bytes + 16 * parameter_count(plan) + SAFETY * working)
 
 
+# A long decoding's peak rises past its first chunk's: the packed widths change from decision to
+# decision and the heap keeps the holes they leave (glibc, with or without tune_cpu_allocator;
+# the live tensors stay the same). Peak resident memory over Solomon-100 at z=800 x8 (one
+# thread, 2026-11-29) rose above the first chunk's by 2.3 times the chunk's estimate at 2,048
+# rollouts a chunk (547 MB after 100 chunks, levelling), 1.9 times at 4,096 (40 chunks, still
+# rising) and 1.6 times at 8,192 (10 chunks); linc-eval at 8,192 in a 768 MiB cgroup was killed
+# 106 s in. A chunk is sized for its estimate and this growth.
+DECODE_GROWTH = 3.0
+
 # The least chunk linc-eval halves to: 256 rollouts at n = 100 hold about 15 MB (one row's
 # encoding included, with the safety factor), a small part of linc-eval's own 0.45-0.5 GiB.
 MIN_ROLLOUTS_PER_CHUNK = 256
@@ -141,14 +151,19 @@ def chunk_within(
 ) -> int | None:
     """Rollouts per chunk for a CPU decoding that must fit in ``free_bytes``: None when
     ``config``'s own chunk fits, else its chunk halved until one fits (results do not depend
-    on the chunk), at least ``MIN_ROLLOUTS_PER_CHUNK``."""
+    on the chunk), at least ``MIN_ROLLOUTS_PER_CHUNK``. A chunk fits when its estimate and the
+    heap's growth over a long decoding (``DECODE_GROWTH`` times it) do."""
+
+    def fits(chosen: DecodeConfig) -> bool:
+        chunk_bytes = decoding_bytes(chosen, customers, nodes, z_dim, width)
+        return (1 + DECODE_GROWTH) * chunk_bytes <= free_bytes
+
     chunk = config.rollouts_per_chunk("cpu")
-    if decoding_bytes(config, customers, nodes, z_dim, width) <= free_bytes:
+    if fits(config):
         return None
     while chunk > MIN_ROLLOUTS_PER_CHUNK:
         chunk = max(chunk // 2, MIN_ROLLOUTS_PER_CHUNK)
-        smaller = replace(config, max_rollouts_per_chunk=chunk)
-        if decoding_bytes(smaller, customers, nodes, z_dim, width) <= free_bytes:
+        if fits(replace(config, max_rollouts_per_chunk=chunk)):
             break
     return chunk
 
@@ -177,6 +192,7 @@ def _evaluated_customers(plan: RunPlan) -> int:
 
 __all__ = [
     "BASE_BYTES",
+    "DECODE_GROWTH",
     "MIN_ROLLOUTS_PER_CHUNK",
     "chunk_within",
     "decoding_bytes",

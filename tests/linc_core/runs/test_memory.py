@@ -8,6 +8,7 @@ from linc_core.decoding.config import ROLLOUTS_PER_CHUNK, DecodeConfig, best_of_
 from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.instances.benchmarks import BENCHMARKS, list_instances
 from linc_core.runs.memory import (
+    DECODE_GROWTH,
     DECODE_INSTANCE,
     DECODE_ROW,
     MIN_ROLLOUTS_PER_CHUNK,
@@ -75,9 +76,15 @@ def test_a_chunk_is_halved_until_its_decoding_fits() -> None:
 
     whole = decoding_bytes(config, 100, 101, 16, 128)
     assert whole == by_hand(20, 800) and 625e6 < whole < 635e6
-    assert chunk_within(config, 100, 101, 16, 128, whole) is None
-    assert chunk_within(config, 100, 101, 16, 128, whole - 1) == 8192
-    assert chunk_within(config, 100, 101, 16, 128, by_hand(10, 800) - 1) == 4096
-    assert chunk_within(config, 100, 101, 16, 128, by_hand(1, 800)) == 1024  # 1 row of 800
-    assert chunk_within(config, 100, 101, 16, 128, by_hand(1, 512)) == 512  # blocks of 512
-    assert chunk_within(config, 100, 101, 16, 128, 0) == MIN_ROLLOUTS_PER_CHUNK == 256
+    assert DECODE_GROWTH == 3.0  # a chunk needs 4 times its estimate
+
+    def chunk(free: int) -> int | None:
+        return chunk_within(config, 100, 101, 16, 128, free)
+
+    assert chunk(4 * whole) is None
+    assert chunk(4 * whole - 1) == 8192
+    assert chunk(4 * by_hand(10, 800) - 1) == 4096
+    assert chunk(4 * by_hand(2, 800)) == 2048  # 2 rows of 800
+    assert chunk(4 * by_hand(1, 800)) == 1024  # 1 row of 800
+    assert chunk(4 * by_hand(1, 512)) == 512  # blocks of 512
+    assert chunk(0) == MIN_ROLLOUTS_PER_CHUNK == 256
