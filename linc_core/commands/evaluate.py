@@ -79,10 +79,11 @@ from linc_core.evaluate.scoring import (
 from linc_core.model import LincPolicy
 from linc_core.presets import variant_of
 from linc_core.runs.memory import chunk_within
-from linc_core.runs.memory_limit import memory_limit, resident_bytes
+from linc_core.runs.memory_limit import memory_limit
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.files import size_in_words
 from linc_core.utils.progress import Progress
+from linc_core.utils.runtime import resident_bytes
 
 # --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
 DEFAULT_Z = {"sampling": 800, "greedy": 1}

@@ -29,7 +29,7 @@ from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
 from linc_core.problems.spec import problem_names
 from linc_core.runs.memory import estimate_run_memory
-from linc_core.runs.memory_limit import memory_limit, resident_bytes
+from linc_core.runs.memory_limit import memory_limit
 from linc_core.runs.plan import (
     DataSource,
     RunPlan,
@@ -47,7 +47,9 @@ from linc_core.train.loop import (
     policy_from_checkpoint,
     warm_start,
 )
+from linc_core.train.memory_ceiling import HeapCeiling, heap_ceiling
 from linc_core.utils.files import size_in_words
+from linc_core.utils.runtime import resident_bytes
 from linc_core.utils.tensor_file import CheckpointError
 from linc_core.utils.typed import literal_values
 
@@ -81,19 +83,21 @@ def named_by_flag(message: str) -> str:
     return f"{flag} ({setting}): {rest}" if flag and separator else message
 
 
-def check_memory(plan: RunPlan) -> None:
+def check_memory(plan: RunPlan) -> HeapCeiling | None:
     """A CPU run this process can hold: the run's estimated peak
     (:func:`linc_core.runs.memory.estimate_run_memory`, the terms a sweep reserves per trial)
     at most the memory it may use (the machine's, or its cgroup's limit in a container:
     :func:`linc_core.runs.memory_limit.memory_limit`), else :class:`CommandLineError` naming
     the flags that size it (a batch far too large would otherwise end in a ``MemoryError`` or
-    the kernel's OOM kill)."""
+    the kernel's OOM kill). Returns the callback that keeps the run under that memory as its
+    heap grows (:class:`linc_core.train.memory_ceiling.HeapCeiling`); None off the CPU."""
     if plan.train.device != "cpu":
-        return
+        return None
     # The process's own memory as it stands (torch imported: about 0.25 GiB), not the 1 GiB a
     # sweep reserves for a Ray worker's imports, which would refuse small runs that fit in a
     # 1 GiB container.
-    needed, limit = estimate_run_memory(plan, base_bytes=resident_bytes()), memory_limit()
+    resident = resident_bytes()
+    needed, limit = estimate_run_memory(plan, base_bytes=resident), memory_limit()
     if needed > limit.size:
         train = plan.train
         sizes = f"--batch-size {train.batch_size} x --rollouts {train.num_rollouts}"
@@ -101,6 +105,7 @@ def check_memory(plan: RunPlan) -> None:
             f"{sizes} at --size {plan.data.num_customers} needs about {size_in_words(needed)} "
             f"of memory; {limit.describe()} {size_in_words(limit.size)}"
         )
+    return HeapCeiling(heap_ceiling(limit.size, needed, resident))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,7 +228,7 @@ def _train(argv: Sequence[str] | None) -> int:
     except ValueError as err:  # a ConfigError or a setting the configs refuse
         print(f"linc-train: {named_by_flag(str(err))}", file=sys.stderr)
         return 2
-    check_memory(plan)
+    ceiling = check_memory(plan)
     # Every file the run reads or writes is checked before anything is printed or trained
     # (--resume was, by plan_from_args). Building these policies draws from torch's global
     # generator, which nothing reads after initial_policy reseeds it (later draws are keyed).
@@ -251,7 +256,7 @@ def _train(argv: Sequence[str] | None) -> int:
         plan.train,
         data,
         validation=validation,
-        callbacks=[PrintProgress()],
+        callbacks=[PrintProgress()] + ([ceiling] if ceiling is not None else []),
         checkpoint_dir=args.out,
         resume_from=args.resume,
         data_id=data_id(plan),

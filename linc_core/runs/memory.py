@@ -94,7 +94,7 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     Args:
         base_bytes: the process's own memory before the run: ``BASE_BYTES`` for a Ray worker
             not yet started; a running command passes what it holds
-            (:func:`linc_core.runs.memory_limit.resident_bytes`).
+            (:func:`linc_core.utils.runtime.resident_bytes`).
     """
     model, train = plan.model, plan.train
     nodes, width = plan.data.num_customers + 1, model.embedding_dim

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,19 +38,6 @@ class MemoryLimit(NamedTuple):
 def physical_memory_bytes() -> int:
     """The machine's physical memory in bytes."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def resident_bytes() -> int:
-    """This process's resident memory now, in bytes (``/proc/self/statm``; its peak so far
-    where there is no ``/proc``, as on macOS)."""
-    try:
-        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
-        return resident_pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024  # bytes there, KiB on Linux
 
 
 def memory_limit(
@@ -185,5 +171,4 @@ __all__ = [
     "memory_cgroups",
     "memory_limit",
     "physical_memory_bytes",
-    "resident_bytes",
 ]

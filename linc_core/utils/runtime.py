@@ -7,6 +7,7 @@ import ctypes.util
 import gc
 import importlib
 import logging
+import os
 import resource
 import sys
 import threading
@@ -71,6 +72,26 @@ def release_free_heap() -> bool:
     where a process finishes a large piece of work; it costs milliseconds.
     """
     gc.collect()  # tensors held only by reference cycles are freed before the trim
+    return _malloc_trim()
+
+
+def trim_heap_above(ceiling_bytes: int) -> bool:
+    """Give the heap's free pages back to the OS (``malloc_trim``, no garbage collection) when
+    this process holds more than ``ceiling_bytes`` resident; True when it trimmed.
+
+    A training run's heap keeps growing while its live tensors stay the same: the rollouts'
+    packed widths change from decision to decision, and the holes they leave pin pages (full_linc,
+    CVRPTW n=50, B=16, K=64, one thread: peak resident 0.70 GB at step 20, 1.16 GB at step 160,
+    with or without ``tune_cpu_allocator``; trimmed after every step, 0.65-0.67 GB). Called
+    after each step (``linc_core.train.memory_ceiling.HeapCeiling``), it costs a read of
+    ``/proc/self/statm`` until the process passes the ceiling.
+    """
+    if resident_bytes() <= ceiling_bytes:
+        return False
+    return _malloc_trim()
+
+
+def _malloc_trim() -> bool:
     libc = _glibc()
     if libc is None:
         return False
@@ -79,6 +100,18 @@ def release_free_heap() -> bool:
     except (OSError, AttributeError):
         return False
     return True
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now, in bytes (``/proc/self/statm``; its peak so far
+    where there is no ``/proc``, as on macOS)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            resident_pages = int(statm.read().split()[1])
+        return resident_pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes there, KiB on Linux
 
 
 def peak_rss_gb() -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from linc_core.utils.runtime import import_in_background
+from linc_core.utils.runtime import import_in_background, resident_bytes
 from tests.conftest import fresh_python
 
 
@@ -73,6 +73,28 @@ def test_releasing_the_free_heap_returns_freed_tensor_memory_to_the_os() -> None
     assert trimmed < kept - 0.4  # and gives it back when asked
 
 
+def test_the_heap_is_trimmed_only_above_its_ceiling() -> None:
+    """480 MB freed and kept by the tuned allocator: a ceiling above what the process holds
+    leaves it (False), one below it gives the pages back (True)."""
+    script = (
+        "import torch\n"
+        "from linc_core.utils.runtime import resident_bytes, trim_heap_above, tune_cpu_allocator\n"
+        "tune_cpu_allocator()\n"
+        "blocks = [torch.ones(2_000_000) for _ in range(60)]  # 8 MB each, below mmap\n"
+        "del blocks\n"
+        "kept = resident_bytes()\n"
+        "above = trim_heap_above(kept + (64 << 20))\n"
+        "after_above = resident_bytes()\n"
+        "below = trim_heap_above(kept - (64 << 20))\n"
+        "print(above, below, kept / 1e6, after_above / 1e6, resident_bytes() / 1e6)\n"
+    )
+    above, below, *sizes = fresh_python(script).split()
+    kept, after_above, trimmed = map(float, sizes)
+    assert (above, below) == ("False", "True")
+    assert after_above > kept - 50  # untouched above the ceiling
+    assert trimmed < kept - 400  # the 480 MB given back
+
+
 def _faults_per_step(tuned: bool) -> tuple[float, float]:
     """Minor page faults per step of a decision-like pattern of 2-3 MB tensors (a compiled
     decision's buffers at n=50: ``[16, 128, 404]`` and ``[2048, 384]``), in a new process:
@@ -113,3 +135,12 @@ def test_the_tuned_allocator_reuses_freed_buffers_without_page_faults() -> None:
     _, tuned_median = _faults_per_step(tuned=True)
     assert default_mean >= 20
     assert tuned_median <= 2
+
+
+def test_the_resident_memory_is_this_process_s_now() -> None:
+    """More than a bare Python's, and not past its peak so far (``ru_maxrss``, KiB on Linux;
+    the kernel updates it a little behind ``statm``: 5% of slack), so not in the wrong unit."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert 20 << 20 < resident_bytes() <= 1.05 * peak
