@@ -37,7 +37,9 @@ The decoding term alone (``decoding_bytes``), with the heap's growth over a long
 (``DECODE_GROWTH``), sizes ``linc-eval``'s CPU chunks to the memory the process has left
 (``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
 process's own resident memory as its base, against what the process may use
-(:mod:`linc_core.runs.memory_limit`).
+(:mod:`linc_core.runs.memory_limit`). The validation term alone (``validation_bytes``) is part of
+the headroom a Tune trial keeps below its reservation as its heap grows
+(``orchestration.trial.resources.trial_heap_ceiling``).
 
 A trial reserves the estimate rounded up to 0.25 GiB: for ``preset=cpu-repro`` (n = 50,
 B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``; for
@@ -102,9 +104,7 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     step = ALPHA * batch * nodes * nodes * width + BETA * batch * rollouts * nodes * width
     if model.scorer == "mlp":
         step += MLP_ROWS * batch * rollouts * nodes * model.scorer_hidden_dim
-    chunk = DecodeConfig().rollouts_per_chunk(train.device)
-    rows, per_row = best_of_k_chunk(rollouts, chunk)  # validation: K greedy rollouts per row
-    decode = _decode_floats(min(rows, plan.validation.size), per_row, nodes, width)
+    decode = _validation_floats(plan)
     evaluation = plan.evaluation
     if evaluation.source != "none":
         customers = _evaluated_customers(plan)
@@ -123,6 +123,19 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
             decode = max(decode, floats)
     working = FLOAT * (step + decode)
     return int(base_bytes + 16 * parameter_count(plan) + SAFETY * working)
+
+
+def validation_bytes(plan: RunPlan) -> int:
+    """Bytes the run's validation decoding holds at once (the estimate's term for it, with its
+    safety factor): K greedy rollouts for each of the validation set's instances."""
+    return int(SAFETY * FLOAT * _validation_floats(plan))
+
+
+def _validation_floats(plan: RunPlan) -> float:
+    chunk = DecodeConfig().rollouts_per_chunk(plan.train.device)
+    rows, per_row = best_of_k_chunk(plan.train.num_rollouts, chunk)  # K greedy rollouts a row
+    nodes = plan.data.num_customers + 1
+    return _decode_floats(min(rows, plan.validation.size), per_row, nodes, plan.model.embedding_dim)
 
 
 # A long decoding's peak rises past its first chunk's: the packed widths change from decision to
@@ -198,4 +211,5 @@ __all__ = [
     "decoding_bytes",
     "estimate_run_memory",
     "parameter_count",
+    "validation_bytes",
 ]

@@ -73,6 +73,7 @@ from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit, initial_policy
 from linc_core.utils.runtime import tune_cpu_allocator
 from orchestration.data.storage import open_filesystem as open_any_filesystem
+from orchestration.trial.resources import trial_heap_ceiling
 
 ABORT_WAIT_SECONDS = 60.0
 _DONE = "__linc_done__"
@@ -159,12 +160,14 @@ def _worker_loop(config: dict[str, Any]) -> None:
         resume_from = work / "resume.pt"
         resume_from.write_bytes(ray.get(config["resume_ref"]))
     checkpoint_dir = work / "checkpoint"
+    trained = dataclasses.replace(plan, train=train_config)  # on the worker's own device
+    ceiling = trial_heap_ceiling(config["memory_bytes"], trained)
     fit(
         policy,
         train_config,
         data,
         validation=validation_set(plan, data),
-        callbacks=[_ReportEpochs(here.rank, checkpoint_dir)],
+        callbacks=[_ReportEpochs(here.rank, checkpoint_dir)] + ([ceiling] if ceiling else []),
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
         max_seconds=config["max_seconds"],
@@ -218,6 +221,7 @@ def fit_data_parallel(
         "resume_ref": ray.put(Path(resume_from).read_bytes()) if resume_from else None,
         "max_seconds": max_seconds,
         "max_steps": max_steps,
+        "memory_bytes": (resources_per_worker or {}).get("memory", 0),
     }
     queue = Queue(actor_options={"num_cpus": 0})
     trainer = TorchTrainer(

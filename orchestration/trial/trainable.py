@@ -79,7 +79,12 @@ from orchestration.trial.checkpoints import (
 from orchestration.trial.evaluation import evaluate_trial, log_evaluation
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.preemption import TrialGuard
-from orchestration.trial.resources import check_device, worker_resources
+from orchestration.trial.resources import (
+    check_device,
+    memory_bytes,
+    trial_heap_ceiling,
+    worker_resources,
+)
 
 
 class InjectedFault(RuntimeError):
@@ -256,15 +261,16 @@ def train_linc(
                 MLflowCallback(writer),
                 TuneReportCallback(checkpoint_dir, writer, fault, guard, run.train),
             ]
-            if plan.resources.num_workers > 1:
+            if plan.resources.num_workers > 1:  # each worker holds its own heap
                 history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
             else:
+                ceiling = trial_heap_ceiling(memory_bytes(plan.resources, run), run)
                 result = fit(
                     policy,
                     run.train,
                     data,
                     validation=validation,
-                    callbacks=callbacks,
+                    callbacks=callbacks + ([ceiling] if ceiling else []),
                     checkpoint_dir=checkpoint_dir,
                     resume_from=resume_from,
                     data_id=data_name,
@@ -277,6 +283,7 @@ def train_linc(
                 history = result.history
         if restored.source and PREEMPTED_PREFIX in restored.source:
             remove_preempted(trial_storage, before_step=restored.global_step + 1)
+        release_free_heap()  # the evaluation's decodings start from the live tensors only
         final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
         peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
         writer.log_metric(PEAK_RSS_GB, peak_rss)
@@ -330,7 +337,8 @@ def _evaluate(
     evaluated = evaluation_set(plan.run, validation, open_filesystem)
     if evaluated is None:
         return None
-    final_policy = _policy_from(checkpoint_dir / CHECKPOINT_NAME, policy)
+    final = checkpoint_dir / CHECKPOINT_NAME
+    final_policy = policy_from_checkpoint(final)[0] if final.exists() else policy
     source, run = plan.run.evaluation, plan.run
     evaluations = evaluate_trial(
         final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant
@@ -386,13 +394,6 @@ def _fit_data_parallel(
         worker_env={"GLOO_SOCKET_IFNAME": "lo"} if local else None,
     )
     return result.history
-
-
-def _policy_from(path: Path, policy: LincPolicy) -> LincPolicy:
-    if path.exists():
-        loaded, _ = policy_from_checkpoint(path)
-        return loaded
-    return policy
 
 
 __all__ = ["InjectedFault", "TrialPreempted", "TuneReportCallback", "train_linc"]

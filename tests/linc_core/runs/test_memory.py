@@ -15,7 +15,9 @@ from linc_core.runs.memory import (
     _decode_floats,
     chunk_within,
     decoding_bytes,
+    validation_bytes,
 )
+from linc_core.runs.plan import DataSource, resolve_run
 
 
 def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
@@ -28,6 +30,17 @@ def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
     assert best_of_k_chunk(100_000, chunk) == (1, chunk)
     expected = DECODE_INSTANCE * 20 * 101 * 101 * 128 + DECODE_ROW * 20 * 800 * 101 * 128
     assert _decode_floats(20, 800, 101, 128) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_validation_decodes_k_greedy_rollouts_of_each_of_its_instances() -> None:
+    """32 validation instances of 50 customers, K = 64 on CPU: all 32 rows at once (2,048
+    rollouts), by hand, with the safety factor (1.5) and 4 bytes a float; none without a set."""
+    data = DataSource("generated", "cvrptw", 50)
+    plan = resolve_run("full_linc", data, train={"num_rollouts": 64, "validation_size": 32})
+    floats = DECODE_INSTANCE * 32 * 51 * 51 * 128 + DECODE_ROW * 32 * 64 * 51 * 128
+    assert validation_bytes(plan) == int(1.5 * 4 * floats)
+    unvalidated = resolve_run("full_linc", data, train={"validation_size": 0})
+    assert validation_bytes(unvalidated) == 0
 
 
 def test_each_evaluation_decoding_is_sized_by_the_decoders_own_chunks() -> None:

@@ -17,12 +17,16 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from linc_core.runs.memory import validation_bytes
+from linc_core.utils.runtime import resident_bytes
 from orchestration.trial.resources import (
     GIB,
+    STEP_RISE_BYTES,
     TrialDeviceError,
     check_device,
     memory_bytes,
     placement,
+    trial_heap_ceiling,
 )
 from sweeps.compose import load_platform_config
 from tests.conftest import sweep_env
@@ -118,3 +122,22 @@ def test_two_main_table_trials_fit_this_machine_at_once(preset: str) -> None:
         config = load_platform_config([f"preset={preset}", f"model.variant={variant}"])
         reserved = memory_bytes(config.cluster, config.run)
         assert 2 * GIB < reserved <= 6 * GIB, (variant, reserved / GIB)
+
+
+def test_a_cpu_trial_holds_its_heap_under_its_reservation_less_a_step_and_its_validation() -> None:
+    """The ceiling a CPU trial trims its heap above: what it reserved less STEP_RISE_BYTES and
+    the validation decoding's estimate; never below what the process holds; none for a trial
+    that reserves nothing or trains on a GPU."""
+    config = load_platform_config(["preset=cpu-repro", "train.validation_size=32"])
+    run = config.run
+    assert validation_bytes(run) > 0
+    reserved = resident_bytes() + 4 * GIB
+    ceiling = trial_heap_ceiling(reserved, run)
+    assert ceiling is not None and ceiling.trims == 0
+    assert ceiling.ceiling_bytes == reserved - STEP_RISE_BYTES - validation_bytes(run)
+    before = resident_bytes()
+    floor = trial_heap_ceiling(1 << 20, run)  # a reservation below what the process holds
+    assert floor is not None and before <= floor.ceiling_bytes <= resident_bytes()
+    assert trial_heap_ceiling(0, run) is None  # cluster.memory_per_trial_gb=0: none reserved
+    on_gpu = load_platform_config(["preset=cpu-repro", "train.device=cuda"]).run
+    assert trial_heap_ceiling(reserved, on_gpu) is None
