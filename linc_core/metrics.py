@@ -53,6 +53,7 @@ EVAL_SECONDS = "eval_seconds"
 GAP_VS_VARIANT_PCT = "gap_vs_variant_pct"
 NUM_PARAMETERS = "num_parameters"
 PEAK_RSS_GB = "peak_rss_gb"
+HEAP_TRIMS = "heap_trims"
 SWEEP_SECONDS = "sweep_seconds"
 BEST_EVAL_COST = "best_eval_cost"
 TRIALS = "trials"
@@ -120,6 +121,13 @@ METRICS: dict[str, Metric] = {
         ),
         Metric(NUM_PARAMETERS, "trainable parameters of the policy", None, "trial"),
         Metric(PEAK_RSS_GB, "peak resident memory of the trial's process, in GB", "lower", "trial"),
+        Metric(
+            HEAP_TRIMS,
+            "training steps after which the trial's process gave its free heap back to stay "
+            "within the memory it reserved (cluster.memory_per_trial_gb or the estimate)",
+            None,
+            "trial",
+        ),
         Metric(SWEEP_SECONDS, "wall time of the whole sweep, in seconds", "lower", "sweep"),
         Metric(BEST_EVAL_COST, "the lowest eval_cost among the sweep's trials", "lower", "sweep"),
         Metric(TRIALS, "trials in the sweep", None, "sweep"),

@@ -127,7 +127,8 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
 
 def validation_bytes(plan: RunPlan) -> int:
     """Bytes the run's validation decoding holds at once (the estimate's term for it, with its
-    safety factor): K greedy rollouts for each of the validation set's instances."""
+    safety factor): K greedy rollouts for each of the validation set's instances (the training
+    set's, for ``validation="training_set"``)."""
     return int(SAFETY * FLOAT * _validation_floats(plan))
 
 
@@ -135,7 +136,10 @@ def _validation_floats(plan: RunPlan) -> float:
     chunk = DecodeConfig().rollouts_per_chunk(plan.train.device)
     rows, per_row = best_of_k_chunk(plan.train.num_rollouts, chunk)  # K greedy rollouts a row
     nodes = plan.data.num_customers + 1
-    return _decode_floats(min(rows, plan.validation.size), per_row, nodes, plan.model.embedding_dim)
+    validation = plan.validation
+    # the one fixed training set (Solomon-50) validates on all its instances
+    count = DEFAULT_EVALUATION_SIZE if validation.source == "training_set" else validation.size
+    return _decode_floats(min(rows, count), per_row, nodes, plan.model.embedding_dim)
 
 
 # A long decoding's peak rises past its first chunk's: the packed widths change from decision to

@@ -1,4 +1,5 @@
-"""A training run held under a resident-memory ceiling (``linc-train`` in a container).
+"""A training run held under a resident-memory ceiling (``linc-train`` in a container, a Tune
+trial within the memory it reserved: ``orchestration.trial.resources.trial_heap_ceiling``).
 
 Between steps a run's heap grows past what its tensors hold (:func:`linc_core.utils.runtime.\
 trim_heap_above`), so a run that fits its container at the start could be killed by the
@@ -33,9 +34,9 @@ class HeapCeiling(BaseCallback):
 
 
 def heap_ceiling(limit_bytes: int, needed_bytes: int, resident_bytes: int) -> int:
-    """The resident memory a run may hold between steps: the limit less one step's working
-    memory (the run's estimate less the process's memory before it), at least what the process
-    holds now."""
+    """The resident memory a run may hold between steps: the limit less the headroom a step
+    needs (``needed_bytes`` less ``resident_bytes``: for ``linc-train`` the run's estimate less
+    the process's memory before it), at least what the process holds now."""
     return max(limit_bytes - (needed_bytes - resident_bytes), resident_bytes)
 
 

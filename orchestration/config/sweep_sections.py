@@ -25,7 +25,7 @@ SearchDistribution = Literal["uniform", "loguniform", "choice", "randint"]
 
 def reported_metrics(run: RunPlan, *, every_report: bool = False) -> tuple[str, ...]:
     """The metrics a trial of ``run`` reports to Tune: each epoch's record and the process's
-    peak memory (``orchestration.trial.trainable.TuneReportCallback``), with the last report
+    peak memory (``orchestration.trial.reports.TuneReportCallback``), with the last report
     its final evaluation's (``eval_cost``, ``eval_cost_sgbs`` of ``data.eval_also``...).
 
     ``every_report``: only the ones every report of these trials carries, what a search can

@@ -40,7 +40,9 @@ Contract::
 - If ``on_epoch`` raises, the run is aborted and the exception propagates.
 - Returns ``DataParallelResult`` (history, last checkpoint); raises if training failed.
 - Resources: the workers reserve ``num_workers x resources_per_worker`` (default 1 CPU, plus 1
-  GPU each with ``use_gpu``) in their own placement group, outside the Tune trial's; the Train
+  GPU each with ``use_gpu``; a ``memory`` there is also each CPU worker's heap ceiling,
+  :func:`orchestration.trial.resources.trial_heap_ceiling`) in their own placement group,
+  outside the Tune trial's; the Train
   controller takes 0 CPU. The Tune trial that calls this should reserve no CPU: Tune rejects an
   all-zero request, so use ``tune.with_resources(trainable, {"cpu": 0, "memory": 1})``. Seen on
   a 2-CPU local Ray: with ``{"cpu": 0.01}`` the two 1-CPU workers never fit, and Ray Train V2

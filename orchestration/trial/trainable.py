@@ -34,11 +34,9 @@ Trials with ``cluster.num_workers > 1`` train data-parallel through Ray Train
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +44,9 @@ import ray
 import torch
 from ray import tune
 
-from linc_core.config import TrainConfig
-from linc_core.metrics import EPOCH, EPOCH_METRICS, NUM_PARAMETERS, PEAK_RSS_GB, TRAIN_SECONDS
+from linc_core.metrics import EPOCH, EPOCH_METRICS, HEAP_TRIMS, NUM_PARAMETERS, PEAK_RSS_GB
 from linc_core.model import LincPolicy
 from linc_core.runs.plan import data_id, evaluation_set, training_data, validation_set
-from linc_core.train.budget import ends_after
 from linc_core.train.checkpoint import CHECKPOINT_NAME, copy_checkpoint, git_commit, load_checkpoint
 from linc_core.train.loop import BaseCallback, fit, initial_policy, policy_from_checkpoint
 from linc_core.utils.runtime import (
@@ -61,8 +57,7 @@ from linc_core.utils.runtime import (
     tune_cpu_allocator,
 )
 from linc_core.utils.secrets import redact_logging
-from orchestration.config.sections import FaultSpec
-from orchestration.data.storage import is_out_of_space, open_filesystem
+from orchestration.data.storage import open_filesystem
 from orchestration.experiment.folder import SweepFolder
 from orchestration.tracking.fit_metrics import MLflowCallback
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
@@ -79,6 +74,11 @@ from orchestration.trial.checkpoints import (
 from orchestration.trial.evaluation import evaluate_trial, log_evaluation
 from orchestration.trial.plan import TrialPlan
 from orchestration.trial.preemption import TrialGuard
+from orchestration.trial.reports import (
+    StoppedByTune,
+    TuneReportCallback,
+    report_to_tune,
+)
 from orchestration.trial.resources import (
     check_device,
     memory_bytes,
@@ -87,94 +87,8 @@ from orchestration.trial.resources import (
 )
 
 
-class InjectedFault(RuntimeError):
-    """Raised by ``fault.fail_at_epoch`` to exercise Tune's retry-from-checkpoint path."""
-
-
 class TrialPreempted(RuntimeError):
     """The trial's process was told to end; its current step is checkpointed on storage."""
-
-
-class StoppedByTune(Exception):
-    """Tune ended the trial at one of its reports: its scheduler stopped it early, or the sweep
-    was stopped. Not an error of the trial: the driver settles its run's status."""
-
-    def __init__(self, epoch: int):
-        super().__init__(f"stopped by Tune after epoch {epoch}")
-        self.epoch = epoch
-
-
-class StorageFull(OSError):
-    """The trial's storage has no space left for its checkpoint: the message names the folder."""
-
-
-def report_to_tune(metrics: dict[str, Any], checkpoint_dir: Path, epoch: int) -> None:
-    """``tune.report`` with the checkpoint folder; Tune's stop (a ``SystemExit`` raised in the
-    training thread at a report) becomes :class:`StoppedByTune`, and a storage out of space
-    (Tune's upload says only "Error writing bytes to file") :class:`StorageFull`."""
-    checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir))
-    try:
-        tune.report(metrics, checkpoint=checkpoint)
-    except SystemExit:
-        raise StoppedByTune(epoch) from None
-    except OSError as err:
-        if not is_out_of_space(err):
-            raise
-        where = SweepFolder.of_trial().uri()
-        raise StorageFull(
-            errno.ENOSPC,
-            f"No space left on device: the checkpoint of epoch {epoch} could not be written to "
-            f"{where}; free space there and run the same command again (it resumes from the "
-            "newest intact checkpoint)",
-        ) from err
-
-
-class TuneReportCallback(BaseCallback):
-    """After each epoch's checkpoint is written, save the tracking journal beside it and report
-    the epoch record and the folder to Tune (not once a stop is requested: the process is ending
-    and the trainable persists the checkpoint itself).
-
-    The last epoch (``train``'s last, or the one that spends its time budget) is reported by
-    the trainable with the final evaluation, so a scheduler deciding on a report (ASHA stops
-    every trial at its ``max_t``) never stops a trial between its last epoch and evaluation.
-    """
-
-    def __init__(
-        self,
-        checkpoint_dir: Path,
-        writer: RunWriter | None = None,
-        fault: FaultSpec | None = None,
-        stopping: TrialGuard | None = None,
-        train: TrainConfig | None = None,
-    ):
-        self.checkpoint_dir = checkpoint_dir
-        self.writer = writer
-        self.fault = fault or FaultSpec()
-        self.stopping = stopping
-        self.train = train
-        self._pending: dict[str, Any] | None = None
-        self._held: bytes | None = None
-
-    def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
-        self._pending = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-
-    def on_checkpoint(self, epoch: int, path: Path) -> None:
-        if self.stopping is not None and self.stopping.requested():
-            return
-        if self.writer is not None:
-            self.writer.save(self.checkpoint_dir)
-        metrics = (self._pending or {EPOCH: epoch + 1}) | {PEAK_RSS_GB: peak_rss_gb()}
-        self._pending = None
-        if self.train is None or not ends_after(self.train, epoch, metrics.get(TRAIN_SECONDS)):
-            report_to_tune(metrics, self.checkpoint_dir, epoch + 1)
-        if self.fault.fail_at_epoch is not None and epoch + 1 == self.fault.fail_at_epoch:
-            at = self.fault.fail_at_epoch
-            raise InjectedFault(f"fault.fail_at_epoch={at}: failing on purpose")
-        if self.fault.stall_at_epoch is not None and epoch + 1 == self.fault.stall_at_epoch:
-            while True:  # hung, not dead: only the driver's stall watch ends this process
-                time.sleep(60)
-        if self.fault.memory_spike_gb and epoch == 0:
-            self._held = b"x" * int(self.fault.memory_spike_gb * (1 << 30))  # resident pages
 
 
 def _start_tracking(
@@ -281,6 +195,8 @@ def train_linc(
                     guard.checkpointed()
                     raise TrialPreempted(f"stopped at step {result.global_step} (SIGTERM)")
                 history = result.history
+                if ceiling is not None:  # a trial that trims every step wants more memory
+                    writer.log_metric(HEAP_TRIMS, ceiling.trims)
         if restored.source and PREEMPTED_PREFIX in restored.source:
             remove_preempted(trial_storage, before_step=restored.global_step + 1)
         release_free_heap()  # the evaluation's decodings start from the live tensors only
@@ -396,4 +312,4 @@ def _fit_data_parallel(
     return result.history
 
 
-__all__ = ["InjectedFault", "TrialPreempted", "TuneReportCallback", "train_linc"]
+__all__ = ["TrialPreempted", "train_linc"]

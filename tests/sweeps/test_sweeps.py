@@ -20,7 +20,7 @@ from orchestration.experiment.ablation import run_ablation
 from orchestration.experiment.search import run_search
 from orchestration.experiment.sweep import Sweep, run_training
 from orchestration.failures import SweepRefused, TrialFailed
-from orchestration.tracking.store import ensure_experiment
+from orchestration.tracking.store import TRIAL_TAG, ensure_experiment
 from orchestration.trial.plan import TrialPlan
 from sweeps.compose import load_platform_config
 from sweeps.report import main as report_main
@@ -244,6 +244,30 @@ def test_a_reused_process_reports_each_trial_its_own_peak_memory(ray_session, tm
     assert [r.config["fault"]["memory_spike_gb"] for r in trials] == [0.5, None]
     assert spiked["pid"] == plain["pid"], "the second trial ran in the first one's process"
     assert plain["peak_rss_gb"] < spiked["peak_rss_gb"] - 0.4  # 0.5 GiB = 0.54 GB
+
+
+def test_a_trial_reserving_less_than_it_holds_gives_its_heap_back_after_its_steps(
+    ray_session, tmp_path
+) -> None:
+    """A trial that reserves 10 MiB (``cluster.memory_per_trial_gb=0.01``) holds more than that
+    after every step, so its process trims its free heap after its steps and logs how often
+    (``heap_trims``); a trial reserving its estimate never reaches its ceiling."""
+    from ray import tune
+
+    config = smoke(tmp_path, "train.epochs=2", "cluster.max_concurrent_trials=1")
+    space = config.with_values(**{"cluster.memory_per_trial_gb": tune.grid_search([0.01, None])})
+    with Sweep(config, {"name": "trims", "kind": "train"}) as sweep:
+        results = sweep.run_trials(space)
+    reserved = {r.metrics["trial_id"]: r.config["cluster"]["memory_per_trial_gb"] for r in results}
+    steps = {r.config["cluster"]["memory_per_trial_gb"]: r.metrics["global_step"] for r in results}
+    client, runs = runs_of(config, "trims")
+    trims = {
+        reserved[run.data.tags[TRIAL_TAG]]: run.data.metrics["heap_trims"]
+        for run in runs
+        if run.data.tags.get("kind") != "sweep"
+    }
+    assert trims[None] == 0
+    assert 1 <= trims[0.01] <= steps[0.01], (trims, steps)
 
 
 def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(

@@ -41,6 +41,12 @@ def test_a_validation_decodes_k_greedy_rollouts_of_each_of_its_instances() -> No
     assert validation_bytes(plan) == int(1.5 * 4 * floats)
     unvalidated = resolve_run("full_linc", data, train={"validation_size": 0})
     assert validation_bytes(unvalidated) == 0
+    solomon50 = DataSource("solomon50", "cvrptw", 50)
+    on_training = resolve_run(
+        "full_linc", solomon50, train={"num_rollouts": 64}, validation="training_set"
+    )  # all 56 of the fixed set's instances (256 rows of 64 rollouts fit one chunk)
+    floats = DECODE_INSTANCE * 56 * 51 * 51 * 128 + DECODE_ROW * 56 * 64 * 51 * 128
+    assert validation_bytes(on_training) == int(1.5 * 4 * floats)
 
 
 def test_each_evaluation_decoding_is_sized_by_the_decoders_own_chunks() -> None:
