@@ -102,8 +102,7 @@ def estimate_run_memory(plan: RunPlan, workers: int = 1, base_bytes: int = BASE_
     nodes, width = plan.data.num_customers + 1, model.embedding_dim
     batch, rollouts = train.batch_size / workers, train.num_rollouts
     step = ALPHA * batch * nodes * nodes * width + BETA * batch * rollouts * nodes * width
-    if model.scorer == "mlp":
-        step += MLP_ROWS * batch * rollouts * nodes * model.scorer_hidden_dim
+    step += _scorer_floats(plan, workers)
     decode = _validation_floats(plan)
     evaluation = plan.evaluation
     if evaluation.source != "none":
@@ -130,6 +129,22 @@ def validation_bytes(plan: RunPlan) -> int:
     safety factor): K greedy rollouts for each of the validation set's instances (the training
     set's, for ``validation="training_set"``)."""
     return int(SAFETY * FLOAT * _validation_floats(plan))
+
+
+def scorer_bytes(plan: RunPlan, workers: int = 1) -> int:
+    """Bytes the ``mlp`` scorer's candidate MLP holds in a training step (the estimate's term
+    for it, with its safety factor; 0 for other scorers): tensors of ``[B, K, n+1, H]``, each
+    far above the allocator's mmap threshold, so given back as they are freed and taken afresh
+    by every step, not kept in the heap between steps."""
+    return int(SAFETY * FLOAT * _scorer_floats(plan, workers))
+
+
+def _scorer_floats(plan: RunPlan, workers: int) -> float:
+    model, train = plan.model, plan.train
+    if model.scorer != "mlp":
+        return 0.0
+    batch, nodes = train.batch_size / workers, plan.data.num_customers + 1
+    return MLP_ROWS * batch * train.num_rollouts * nodes * model.scorer_hidden_dim
 
 
 def _validation_floats(plan: RunPlan) -> float:
@@ -215,5 +230,6 @@ __all__ = [
     "decoding_bytes",
     "estimate_run_memory",
     "parameter_count",
+    "scorer_bytes",
     "validation_bytes",
 ]

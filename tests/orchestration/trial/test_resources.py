@@ -17,7 +17,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from linc_core.runs.memory import validation_bytes
+from linc_core.runs.memory import scorer_bytes, validation_bytes
 from linc_core.utils.runtime import resident_bytes
 from orchestration.trial.resources import (
     GIB,
@@ -125,9 +125,9 @@ def test_two_main_table_trials_fit_this_machine_at_once(preset: str) -> None:
 
 
 def test_a_cpu_trial_holds_its_heap_under_its_reservation_less_a_step_and_its_validation() -> None:
-    """The ceiling a CPU trial trims its heap above: what it reserved less STEP_RISE_BYTES and
-    the validation decoding's estimate; never below what the process holds; none for a trial
-    that reserves nothing or trains on a GPU."""
+    """The ceiling a CPU trial trims its heap above: what it reserved less STEP_RISE_BYTES, the
+    validation decoding's estimate and an MLP scorer's; never below what the process holds;
+    none for a trial that reserves nothing or trains on a GPU."""
     config = load_platform_config(["preset=cpu-repro", "train.validation_size=32"])
     run = config.run
     assert validation_bytes(run) > 0
@@ -139,5 +139,12 @@ def test_a_cpu_trial_holds_its_heap_under_its_reservation_less_a_step_and_its_va
     floor = trial_heap_ceiling(1 << 20, run)  # a reservation below what the process holds
     assert floor is not None and before <= floor.ceiling_bytes <= resident_bytes()
     assert trial_heap_ceiling(0, run) is None  # cluster.memory_per_trial_gb=0: none reserved
+    assert scorer_bytes(run) == 0  # full_linc's scorer is linear
+    naive_mlp = load_platform_config(["preset=cpu-repro", "model.variant=naive_mlp"]).run
+    mlp = 1.5 * 4 * 14.0 * 56 * 128 * 51 * 128  # MLP_ROWS x B K (n+1) H floats, by hand
+    assert scorer_bytes(naive_mlp) == int(mlp)
+    mlp_ceiling = trial_heap_ceiling(reserved + 4 * GIB, naive_mlp)
+    assert mlp_ceiling is not None
+    assert mlp_ceiling.ceiling_bytes == reserved + 4 * GIB - STEP_RISE_BYTES - int(mlp)
     on_gpu = load_platform_config(["preset=cpu-repro", "train.device=cuda"]).run
     assert trial_heap_ceiling(reserved, on_gpu) is None
