@@ -124,7 +124,8 @@ METRICS: dict[str, Metric] = {
         Metric(
             HEAP_TRIMS,
             "training steps after which the trial's process gave its free heap back to stay "
-            "within the memory it reserved (cluster.memory_per_trial_gb or the estimate)",
+            "within the memory it reserved (cluster.memory_per_trial_gb or the estimate); "
+            "a data-parallel trial's workers', summed",
             None,
             "trial",
         ),

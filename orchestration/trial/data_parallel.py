@@ -28,9 +28,11 @@ Contract::
 - After every epoch ``on_epoch(record, checkpoint)`` is called in the caller's thread, in epoch
   order: ``record`` is fit's epoch record (global metrics: ``epoch``, ``global_step``,
   ``train_best_cost``, ``train_mean_cost``, ``loss``, ``tau``, ``seconds``,
-  ``validation_cost`` when validated), ``checkpoint`` a ``ray.train.Checkpoint`` persisted under
-  ``storage_path/run_name`` holding ``latest.pt`` (``CHECKPOINT_FILE``), the linc checkpoint
-  after that epoch (``checkpoint.path``; ``checkpoint.as_directory()`` for a local copy).
+  ``validation_cost`` when validated; ``heap_trims``, the steps after which the workers gave
+  their free heap back so far, summed over them, when they reserve ``memory``),
+  ``checkpoint`` a ``ray.train.Checkpoint`` persisted under ``storage_path/run_name``
+  holding ``latest.pt`` (``CHECKPOINT_FILE``), the linc checkpoint after that epoch
+  (``checkpoint.path``; ``checkpoint.as_directory()`` for a local copy).
   Inside Tune: ``tune.report(record, checkpoint=checkpoint)`` from ``on_epoch``.
 - Resume: ``resume_from`` is shipped to the workers through the object store (any node).
   Ray Train V2 keeps a snapshot of a run's checkpoints under ``storage_path/run_name``: calling
@@ -68,11 +70,13 @@ from ray.train.v2._internal.constants import is_v2_enabled
 from ray.train.v2.api.callback import UserCallback
 from ray.util.queue import Empty, Queue
 
+from linc_core.metrics import HEAP_TRIMS
 from linc_core.runs.plan import FilesystemOpener, RunPlan, data_id, training_data, validation_set
 from linc_core.train.checkpoint import CHECKPOINT_NAME as CHECKPOINT_FILE
 from linc_core.train.checkpoint import copy_checkpoint
 from linc_core.train.distributed import world
 from linc_core.train.loop import BaseCallback, fit, initial_policy
+from linc_core.train.memory_ceiling import HeapCeiling
 from linc_core.utils.runtime import tune_cpu_allocator
 from orchestration.data.storage import open_filesystem as open_any_filesystem
 from orchestration.trial.resources import trial_heap_ceiling
@@ -108,16 +112,21 @@ class _ReportEpochs(BaseCallback):
 
     Rank 0 reports after it wrote ``latest.pt`` (``on_checkpoint``), with that folder as the
     checkpoint; the other ranks report the same metrics without one (report is a barrier).
+    A rank held under its reservation (``ceiling``) adds the steps it trimmed after so far
+    (``heap_trims``).
     """
 
     all_ranks = True
 
-    def __init__(self, rank: int, checkpoint_dir: Path):
+    def __init__(self, rank: int, checkpoint_dir: Path, ceiling: HeapCeiling | None = None):
         self.rank = rank
         self.checkpoint_dir = checkpoint_dir
+        self.ceiling = ceiling
 
     def on_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
         self._pending = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        if self.ceiling is not None:
+            self._pending[HEAP_TRIMS] = self.ceiling.trims
         if self.rank != 0:
             train.report(self._pending, checkpoint=None)
 
@@ -130,13 +139,24 @@ class _ReportEpochs(BaseCallback):
 
 
 class _ForwardReports(UserCallback):
-    """Runs on the Train controller: puts rank 0's metrics and the checkpoint on a queue."""
+    """Runs on the Train controller: puts rank 0's metrics, with the heap trims of all ranks
+    summed (each worker holds its own heap), and the checkpoint on a queue."""
 
     def __init__(self, queue: Queue):
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any):
-        self.queue.put((dict(metrics[0]), checkpoint))
+        self.queue.put((_epoch_record(metrics), checkpoint))
+
+
+def _epoch_record(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """One epoch's record from every rank's report (``metrics[i]`` rank i's): rank 0's global
+    metrics, and ``heap_trims`` the sum over the ranks that count them."""
+    record = dict(metrics[0])
+    trims = [rank[HEAP_TRIMS] for rank in metrics if HEAP_TRIMS in rank]
+    if trims:
+        record[HEAP_TRIMS] = sum(trims)
+    return record
 
 
 def _worker_loop(config: dict[str, Any]) -> None:
@@ -169,7 +189,8 @@ def _worker_loop(config: dict[str, Any]) -> None:
         train_config,
         data,
         validation=validation_set(plan, data),
-        callbacks=[_ReportEpochs(here.rank, checkpoint_dir)] + ([ceiling] if ceiling else []),
+        callbacks=[_ReportEpochs(here.rank, checkpoint_dir, ceiling)]
+        + ([ceiling] if ceiling else []),
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
         max_seconds=config["max_seconds"],

@@ -177,6 +177,8 @@ def train_linc(
             ]
             if plan.resources.num_workers > 1:  # each worker holds its own heap
                 history = _fit_data_parallel(plan, callbacks, checkpoint_dir, resume_from)
+                if history and HEAP_TRIMS in history[-1]:  # the workers', summed
+                    writer.log_metric(HEAP_TRIMS, history[-1][HEAP_TRIMS])
             else:
                 ceiling = trial_heap_ceiling(memory_bytes(plan.resources, run), run)
                 result = fit(

@@ -288,7 +288,15 @@ def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(
 
 
 def test_data_parallel_trial_trains_through_the_same_callbacks(ray_session, tmp_path) -> None:
-    config = smoke(tmp_path, "cluster.num_workers=2", "cluster.cpus_per_worker=1")
+    """Two workers train a trial through the single-process trial's callbacks; reserving 10
+    MiB between them, each worker trims its heap after its steps, and the trial's run logs
+    their trims summed (``heap_trims``)."""
+    config = smoke(
+        tmp_path,
+        "cluster.num_workers=2",
+        "cluster.cpus_per_worker=1",
+        "cluster.memory_per_trial_gb=0.01",
+    )
     result = run_training(config, name="ddp")
     row = result.rows[0]
     assert row["error"] is None and row["epochs"] == 2 and row["eval_cost"] > 0
@@ -296,6 +304,10 @@ def test_data_parallel_trial_trains_through_the_same_callbacks(ray_session, tmp_
     (trial,) = [r for r in runs if r.data.tags.get("kind") != "sweep"]
     steps = [m.step for m in client.get_metric_history(trial.info.run_id, "train_best_cost")]
     assert steps == [1, 2] and trial.data.metrics["eval_infeasible"] == 0
+    trained = TrialPlan.from_config(config).run.train
+    steps = trained.epochs * trained.instances_per_epoch // trained.batch_size  # 2 x 8 / 4
+    # above one worker's steps: both workers trimmed (each holds far more than its 5 MiB)
+    assert steps < trial.data.metrics["heap_trims"] <= 2 * steps
 
 
 def test_optuna_search_with_asha_reports_a_best_config(ray_session, tmp_path) -> None:
