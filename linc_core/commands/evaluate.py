@@ -78,18 +78,14 @@ from linc_core.evaluate.scoring import (
 )
 from linc_core.model import LincPolicy
 from linc_core.presets import variant_of
-from linc_core.runs.memory import chunk_within
+from linc_core.runs.memory import chunk_under_limit
 from linc_core.runs.memory_limit import memory_limit
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.files import size_in_words
 from linc_core.utils.progress import Progress
-from linc_core.utils.runtime import resident_bytes
 
 # --z when not given: sampling spends the paper's budget, greedy one argmax rollout per copy.
 DEFAULT_Z = {"sampling": 800, "greedy": 1}
-# Of the memory left after loading, the share kept back from the decoding's chunks (for what the
-# command holds after them: the results, the plots).
-MEMORY_HEADROOM = 0.25
 # DecodeConfig's fields and the flags that set them: its refusals name the flag given.
 DECODE_FLAGS = {
     "method": "--decode",
@@ -306,15 +302,11 @@ def _chunk_within_memory(
     of the set's largest instance would not fit in what this process may still use (in a
     small container, its cgroup's limit), said in one line. The rows are the same whatever the
     chunk; ``summary.json`` records the one used."""
-    if config.max_rollouts_per_chunk is not None or not bench.instances:
-        return config
     if next(policy.parameters()).device.type != "cpu":
         return config
-    largest = max(bench.instances, key=lambda instance: instance.num_nodes)
     limit = memory_limit()
-    free = int((limit.size - resident_bytes()) * (1 - MEMORY_HEADROOM))
     width, z_dim = policy.config.embedding_dim, policy.config.z_dim
-    chunk = chunk_within(config, largest.num_customers, largest.num_nodes, z_dim, width, free)
+    chunk = chunk_under_limit(config, bench.instances, width, z_dim, limit.size)
     if chunk is None:
         return config
     print(

@@ -34,8 +34,9 @@ decode x8 aug     50    16    32     169                   179
 ================  ====  ====  =====  ====================  =================
 
 The decoding term alone (``decoding_bytes``), with the heap's growth over a long decoding
-(``DECODE_GROWTH``), sizes ``linc-eval``'s CPU chunks to the memory the process has left
-(``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
+(``DECODE_GROWTH``), sizes ``linc-eval``'s CPU chunks to the memory the process has left, and
+a Tune trial's final evaluation's to what its process has left of its reservation
+(``chunk_under_limit``, ``chunk_within``), and ``linc-train`` holds a CPU run's estimate, with the
 process's own resident memory as its base, against what the process may use
 (:mod:`linc_core.runs.memory_limit`). The validation term alone (``validation_bytes``) is part of
 the headroom a Tune trial keeps below its reservation as its heap grows
@@ -53,12 +54,15 @@ so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from linc_core.decoding.config import DecodeConfig, best_of_k_chunk
 from linc_core.evaluate.benchmark_sets import largest_customers
+from linc_core.instances.batch import Instance
 from linc_core.problems.spec import problem_spec
 from linc_core.runs.plan import RunPlan
+from linc_core.utils.runtime import resident_bytes
 
 BASE_BYTES = 1 << 30
 SAFETY = 1.5
@@ -200,6 +204,30 @@ def chunk_within(
     return chunk
 
 
+# Of the memory a decoding process has left, the share kept back from its chunks (for what the
+# process holds after them: the rows and solutions, linc-eval's plots).
+DECODE_HEADROOM = 0.25
+
+
+def chunk_under_limit(
+    config: DecodeConfig,
+    instances: Sequence[Instance],
+    width: int,
+    z_dim: int,
+    limit_bytes: int,
+) -> int | None:
+    """Rollouts per chunk for decoding ``instances`` on CPU in a process that may hold
+    ``limit_bytes`` (``linc-eval``'s memory limit, a Tune trial's reservation): ``chunk_within``
+    for the largest instance in what the process has left (less ``DECODE_HEADROOM`` of it).
+    None when ``config``'s own chunk fits, or when its chunk is the user's
+    (``max_rollouts_per_chunk``) or there are no instances."""
+    if config.max_rollouts_per_chunk is not None or not instances:
+        return None
+    largest = max(instances, key=lambda instance: instance.num_nodes)
+    free = int((limit_bytes - resident_bytes()) * (1 - DECODE_HEADROOM))
+    return chunk_within(config, largest.num_customers, largest.num_nodes, z_dim, width, free)
+
+
 def _decode_floats(rows: int, rollouts: int, nodes: int, width: int) -> float:
     """Floats one chunk of a decoding holds: its ``rows`` are encoded together and roll out
     ``rollouts`` each (the decoders' chunks: ``DecodeConfig.chunk_shape``)."""
@@ -225,7 +253,9 @@ def _evaluated_customers(plan: RunPlan) -> int:
 __all__ = [
     "BASE_BYTES",
     "DECODE_GROWTH",
+    "DECODE_HEADROOM",
     "MIN_ROLLOUTS_PER_CHUNK",
+    "chunk_under_limit",
     "chunk_within",
     "decoding_bytes",
     "estimate_run_memory",

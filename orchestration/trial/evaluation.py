@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,11 @@ from linc_core.metrics import (
 )
 from linc_core.model import LincPolicy
 from linc_core.presets import PRESETS
+from linc_core.runs.memory import chunk_under_limit
 from linc_core.runs.plan import EvaluationSource
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.progress import Progress
+from linc_core.utils.runtime import release_free_heap
 from orchestration.report.ablation import EVALUATION_ROWS, EVALUATION_SUMMARY, artifact_name
 
 
@@ -68,6 +71,7 @@ def evaluate_trial(
     label: str = "",
     compiled: bool = False,
     variant: str = "",
+    reserved_bytes: int = 0,
 ) -> dict[str, Evaluation]:
     """Decode the set's instances (``[1]`` each) with each of the source's decodings, costs
     in the set's convention, gaps to its best-known values and to PyVRP (when
@@ -76,14 +80,22 @@ def evaluate_trial(
     A long evaluation prints a progress line every 30 s (``label`` names the trial): the
     driver's console shows the trial's last epoch, then nothing until it finishes. The rows'
     method is the ``variant``'s label and the decoding (``PolyNet sampling z=800 x8``).
+
+    A CPU trial that reserved memory (``reserved_bytes``) decodes in chunks that fit in what
+    its process has left of it (``linc_core.runs.memory.chunk_under_limit``, as ``linc-eval``
+    in a container; the rows do not depend on the chunk), and gives its free heap back after
+    each decoding.
     """
     pyvrp = None
     if source.pyvrp_seconds > 0 and evaluated.instances:  # the gap's reference, cached
         pyvrp = pyvrp_costs(evaluated.instances, evaluated.convention, source.pyvrp_seconds)
     name = PRESETS[variant].label if variant in PRESETS else (variant or "policy")
+    on_cpu = next(policy.parameters()).device.type == "cpu"
     results = {}
     for decoding in source.decodings:
         config = decode_config(policy, source, compiled, decoding)
+        if reserved_bytes and on_cpu:
+            config = _within_reservation(config, evaluated, policy, reserved_bytes, label)
         method = f"{name} {config.label}"
         total = planned_rollouts(config, evaluated.instances, policy.config.z_dim)
         desc = f"{label} evaluation ({config.label})".strip()
@@ -91,7 +103,27 @@ def evaluate_trial(
             results[decoding] = evaluate_set(
                 policy, evaluated, config, method=method, pyvrp=pyvrp, progress=progress.update
             )
+        if reserved_bytes and on_cpu:
+            release_free_heap()  # the next decoding starts from the live tensors only
     return results
+
+
+def _within_reservation(
+    config: DecodeConfig, evaluated: BenchmarkSet, policy: LincPolicy, reserved: int, label: str
+) -> DecodeConfig:
+    """``config`` with a smaller chunk where its own would not fit in what the trial's
+    process has left of its reservation (said in one line)."""
+    width, z_dim = policy.config.embedding_dim, policy.config.z_dim
+    chunk = chunk_under_limit(config, evaluated.instances, width, z_dim, reserved)
+    if chunk is None:
+        return config
+    reserved_mib = reserved / 2**20
+    print(
+        f"{label} evaluation ({config.label}): decoding at most {chunk} rollouts at a time "
+        f"within the trial's {reserved_mib:,.0f} MiB (cluster.memory_per_trial_gb)".strip(),
+        flush=True,
+    )
+    return replace(config, max_rollouts_per_chunk=chunk)
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:

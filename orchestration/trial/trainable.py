@@ -258,8 +258,11 @@ def _evaluate(
     final = checkpoint_dir / CHECKPOINT_NAME
     final_policy = policy_from_checkpoint(final)[0] if final.exists() else policy
     source, run = plan.run.evaluation, plan.run
+    # a data-parallel trial's own process (where it evaluates) reserves no memory
+    single = plan.resources.num_workers == 1
+    reserved = memory_bytes(plan.resources, run) if single else 0
     evaluations = evaluate_trial(
-        final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant
+        final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant, reserved
     )
     return log_evaluation(writer, evaluations, evaluated, source, work_dir / "evaluation")
 

@@ -268,6 +268,9 @@ def test_a_trial_reserving_less_than_it_holds_gives_its_heap_back_after_its_step
     }
     assert trims[None] == 0
     assert 1 <= trims[0.01] <= steps[0.01], (trims, steps)
+    # its final evaluation decodes in the least chunks, the same rows as the other's
+    costs = {r.config["cluster"]["memory_per_trial_gb"]: r.metrics["eval_cost"] for r in results}
+    assert costs[0.01] == costs[None], costs
 
 
 def test_a_sweep_begun_with_other_settings_is_named_and_keeps_its_status(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from linc_core.decoding.config import ROLLOUTS_PER_CHUNK, DecodeConfig, best_of_k_chunk
@@ -9,15 +11,19 @@ from linc_core.evaluate.benchmark_sets import largest_customers
 from linc_core.instances.benchmarks import BENCHMARKS, list_instances
 from linc_core.runs.memory import (
     DECODE_GROWTH,
+    DECODE_HEADROOM,
     DECODE_INSTANCE,
     DECODE_ROW,
     MIN_ROLLOUTS_PER_CHUNK,
     _decode_floats,
+    chunk_under_limit,
     chunk_within,
     decoding_bytes,
     validation_bytes,
 )
 from linc_core.runs.plan import DataSource, resolve_run
+from linc_core.utils.runtime import resident_bytes
+from tests.conftest import make_instances
 
 
 def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
@@ -107,3 +113,25 @@ def test_a_chunk_is_halved_until_its_decoding_fits() -> None:
     assert chunk(4 * by_hand(1, 800)) == 1024  # 1 row of 800
     assert chunk(4 * by_hand(1, 512)) == 512  # blocks of 512
     assert chunk(0) == MIN_ROLLOUTS_PER_CHUNK == 256
+
+
+def test_a_set_is_chunked_for_its_largest_instance_in_what_the_process_has_left() -> None:
+    """``chunk_under_limit``: of the limit less what this process holds, a quarter is kept
+    back (``DECODE_HEADROOM``); the largest of the set's instances (100 customers beside 20)
+    sizes the chunk. A user's chunk and an empty set are left alone."""
+    assert DECODE_HEADROOM == 0.25
+    config = DecodeConfig(num_z=800, augment=8)
+    instances = [make_instances("cvrptw", 1, 20, seed=1), make_instances("cvrptw", 1, 100, seed=2)]
+    whole = decoding_bytes(config, 100, 101, 16, 128)
+    margin = 64 << 20  # what this process may take or give back between two readings
+
+    def limit_leaving(free: int) -> int:  # the limit that leaves ``free`` for the chunks
+        return resident_bytes() + int(free / (1 - DECODE_HEADROOM))
+
+    assert chunk_under_limit(config, instances, 128, 16, limit_leaving(4 * whole + margin)) is None
+    assert chunk_under_limit(config, instances, 128, 16, limit_leaving(4 * whole - margin)) == 8192
+    # sized for the 20-customer instance alone, the default chunk would fit
+    assert chunk_within(config, 20, 21, 16, 128, 4 * whole - margin) is None
+    chosen = replace(config, max_rollouts_per_chunk=512)
+    assert chunk_under_limit(chosen, instances, 128, 16, 0) is None
+    assert chunk_under_limit(config, [], 128, 16, 0) is None
