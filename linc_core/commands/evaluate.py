@@ -306,7 +306,7 @@ def _chunk_within_memory(
         return config
     limit = memory_limit()
     width, z_dim = policy.config.embedding_dim, policy.config.z_dim
-    chunk = chunk_under_limit(config, bench.instances, width, z_dim, limit.size)
+    chunk = chunk_under_limit(config, bench.instances, limit.size, width=width, z_dim=z_dim)
     if chunk is None:
         return config
     print(

@@ -212,15 +212,16 @@ DECODE_HEADROOM = 0.25
 def chunk_under_limit(
     config: DecodeConfig,
     instances: Sequence[Instance],
+    limit_bytes: int,
+    *,
     width: int,
     z_dim: int,
-    limit_bytes: int,
 ) -> int | None:
     """Rollouts per chunk for decoding ``instances`` on CPU in a process that may hold
-    ``limit_bytes`` (``linc-eval``'s memory limit, a Tune trial's reservation): ``chunk_within``
-    for the largest instance in what the process has left (less ``DECODE_HEADROOM`` of it).
-    None when ``config``'s own chunk fits, or when its chunk is the user's
-    (``max_rollouts_per_chunk``) or there are no instances."""
+    ``limit_bytes`` (``linc-eval``'s memory limit, a Tune trial's reservation), for a model of
+    embedding ``width`` and ``z_dim``: ``chunk_within`` for the largest instance in what the
+    process has left (less ``DECODE_HEADROOM`` of it). None when ``config``'s own chunk fits,
+    or when its chunk is the user's (``max_rollouts_per_chunk``) or there are no instances."""
     if config.max_rollouts_per_chunk is not None or not instances:
         return None
     largest = max(instances, key=lambda instance: instance.num_nodes)

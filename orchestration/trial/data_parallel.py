@@ -150,8 +150,9 @@ class _ForwardReports(UserCallback):
 
 
 def _epoch_record(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """One epoch's record from every rank's report (``metrics[i]`` rank i's): rank 0's global
-    metrics, and ``heap_trims`` the sum over the ranks that count them."""
+    """One epoch's record from the ranks' reports (one dict each, rank 0's first): rank 0's
+    global metrics, and ``heap_trims`` the sum over the ranks that count them (since their
+    worker group started: a group restarted by ``max_failures`` counts afresh)."""
     record = dict(metrics[0])
     trims = [rank[HEAP_TRIMS] for rank in metrics if HEAP_TRIMS in rank]
     if trims:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,11 @@ def evaluate_trial(
     driver's console shows the trial's last epoch, then nothing until it finishes. The rows'
     method is the ``variant``'s label and the decoding (``PolyNet sampling z=800 x8``).
 
-    A CPU trial that reserved memory (``reserved_bytes``) decodes in chunks that fit in what
-    its process has left of it (``linc_core.runs.memory.chunk_under_limit``, as ``linc-eval``
-    in a container; the rows do not depend on the chunk), and gives its free heap back after
-    each decoding.
+    A policy on the CPU given the memory its trial reserved (``reserved_bytes``) decodes in
+    chunks that fit in what its process has left of it
+    (``linc_core.runs.memory.chunk_under_limit``, as ``linc-eval`` in a container; the rows do
+    not depend on the chunk; each summary's ``decode`` records the one used), and gives its
+    free heap back after each decoding.
     """
     pyvrp = None
     if source.pyvrp_seconds > 0 and evaluated.instances:  # the gap's reference, cached
@@ -103,6 +104,7 @@ def evaluate_trial(
             results[decoding] = evaluate_set(
                 policy, evaluated, config, method=method, pyvrp=pyvrp, progress=progress.update
             )
+        results[decoding].summary["decode"] = asdict(config)  # as linc-eval's summary.json
         if reserved_bytes and on_cpu:
             release_free_heap()  # the next decoding starts from the live tensors only
     return results
@@ -114,13 +116,14 @@ def _within_reservation(
     """``config`` with a smaller chunk where its own would not fit in what the trial's
     process has left of its reservation (said in one line)."""
     width, z_dim = policy.config.embedding_dim, policy.config.z_dim
-    chunk = chunk_under_limit(config, evaluated.instances, width, z_dim, reserved)
+    chunk = chunk_under_limit(config, evaluated.instances, reserved, width=width, z_dim=z_dim)
     if chunk is None:
         return config
     reserved_mib = reserved / 2**20
     print(
         f"{label} evaluation ({config.label}): decoding at most {chunk} rollouts at a time "
-        f"within the trial's {reserved_mib:,.0f} MiB (cluster.memory_per_trial_gb)".strip(),
+        f"within the {reserved_mib:,.0f} MiB the trial reserved (cluster.memory_per_trial_gb, "
+        "else its estimate)".strip(),
         flush=True,
     )
     return replace(config, max_rollouts_per_chunk=chunk)

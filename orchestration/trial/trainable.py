@@ -258,9 +258,10 @@ def _evaluate(
     final = checkpoint_dir / CHECKPOINT_NAME
     final_policy = policy_from_checkpoint(final)[0] if final.exists() else policy
     source, run = plan.run.evaluation, plan.run
-    # a data-parallel trial's own process (where it evaluates) reserves no memory
-    single = plan.resources.num_workers == 1
-    reserved = memory_bytes(plan.resources, run) if single else 0
+    # the reservation of a trial trained on the CPU, in the process that evaluates (a
+    # data-parallel trial's own reserves none; a GPU trial's is estimated for a GPU run)
+    on_cpu = plan.resources.num_workers == 1 and run.train.device == "cpu"
+    reserved = memory_bytes(plan.resources, run) if on_cpu else 0
     evaluations = evaluate_trial(
         final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant, reserved
     )

@@ -15,11 +15,13 @@ from mlflow.tracking import MlflowClient
 
 from linc_core.commands.evaluate import main as eval_main
 from linc_core.presets import PRESETS
+from linc_core.runs.memory import MIN_ROLLOUTS_PER_CHUNK
 from linc_core.utils.seeding import derive_seed
 from orchestration.experiment.ablation import run_ablation
 from orchestration.experiment.search import run_search
 from orchestration.experiment.sweep import Sweep, run_training
 from orchestration.failures import SweepRefused, TrialFailed
+from orchestration.report.ablation import EVALUATION_SUMMARY
 from orchestration.tracking.store import TRIAL_TAG, ensure_experiment
 from orchestration.trial.plan import TrialPlan
 from sweeps.compose import load_platform_config
@@ -251,10 +253,13 @@ def test_a_trial_reserving_less_than_it_holds_gives_its_heap_back_after_its_step
 ) -> None:
     """A trial that reserves 10 MiB (``cluster.memory_per_trial_gb=0.01``) holds more than that
     after every step, so its process trims its free heap after its steps and logs how often
-    (``heap_trims``); a trial reserving its estimate never reaches its ceiling."""
+    (``heap_trims``), and decodes its final evaluation (8 instances x 600 rollouts) in the
+    least chunks; a trial reserving its estimate never reaches its ceiling and decodes in the
+    default chunk, the same rows."""
     from ray import tune
 
-    config = smoke(tmp_path, "train.epochs=2", "cluster.max_concurrent_trials=1")
+    overrides = ("train.epochs=2", "cluster.max_concurrent_trials=1", "data.eval_rollouts=600")
+    config = smoke(tmp_path, *overrides)
     space = config.with_values(**{"cluster.memory_per_trial_gb": tune.grid_search([0.01, None])})
     with Sweep(config, {"name": "trims", "kind": "train"}) as sweep:
         results = sweep.run_trials(space)
@@ -268,7 +273,14 @@ def test_a_trial_reserving_less_than_it_holds_gives_its_heap_back_after_its_step
     }
     assert trims[None] == 0
     assert 1 <= trims[0.01] <= steps[0.01], (trims, steps)
-    # its final evaluation decodes in the least chunks, the same rows as the other's
+    chunks = {
+        reserved[run.data.tags[TRIAL_TAG]]: json.loads(
+            Path(client.download_artifacts(run.info.run_id, EVALUATION_SUMMARY)).read_text()
+        )["decode"]["max_rollouts_per_chunk"]
+        for run in runs
+        if run.data.tags.get("kind") != "sweep"
+    }
+    assert chunks == {0.01: MIN_ROLLOUTS_PER_CHUNK, None: None}  # 4,800 rollouts: 19 chunks
     costs = {r.config["cluster"]["memory_per_trial_gb"]: r.metrics["eval_cost"] for r in results}
     assert costs[0.01] == costs[None], costs
 

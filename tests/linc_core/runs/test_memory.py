@@ -124,14 +124,15 @@ def test_a_set_is_chunked_for_its_largest_instance_in_what_the_process_has_left(
     instances = [make_instances("cvrptw", 1, 20, seed=1), make_instances("cvrptw", 1, 100, seed=2)]
     whole = decoding_bytes(config, 100, 101, 16, 128)
     margin = 64 << 20  # what this process may take or give back between two readings
+    model = {"width": 128, "z_dim": 16}
 
     def limit_leaving(free: int) -> int:  # the limit that leaves ``free`` for the chunks
         return resident_bytes() + int(free / (1 - DECODE_HEADROOM))
 
-    assert chunk_under_limit(config, instances, 128, 16, limit_leaving(4 * whole + margin)) is None
-    assert chunk_under_limit(config, instances, 128, 16, limit_leaving(4 * whole - margin)) == 8192
+    assert chunk_under_limit(config, instances, limit_leaving(4 * whole + margin), **model) is None
+    assert chunk_under_limit(config, instances, limit_leaving(4 * whole - margin), **model) == 8192
     # sized for the 20-customer instance alone, the default chunk would fit
     assert chunk_within(config, 20, 21, 16, 128, 4 * whole - margin) is None
     chosen = replace(config, max_rollouts_per_chunk=512)
-    assert chunk_under_limit(chosen, instances, 128, 16, 0) is None
-    assert chunk_under_limit(config, [], 128, 16, 0) is None
+    assert chunk_under_limit(chosen, instances, 0, **model) is None
+    assert chunk_under_limit(config, [], 0, **model) is None
