@@ -91,11 +91,11 @@ def evaluate_trial(
     if source.pyvrp_seconds > 0 and evaluated.instances:  # the gap's reference, cached
         pyvrp = pyvrp_costs(evaluated.instances, evaluated.convention, source.pyvrp_seconds)
     name = PRESETS[variant].label if variant in PRESETS else (variant or "policy")
-    on_cpu = next(policy.parameters()).device.type == "cpu"
+    sized = reserved_bytes > 0 and next(policy.parameters()).device.type == "cpu"
     results = {}
     for decoding in source.decodings:
         config = decode_config(policy, source, compiled, decoding)
-        if reserved_bytes and on_cpu:
+        if sized:
             config = _within_reservation(config, evaluated, policy, reserved_bytes, label)
         method = f"{name} {config.label}"
         total = planned_rollouts(config, evaluated.instances, policy.config.z_dim)
@@ -105,7 +105,7 @@ def evaluate_trial(
                 policy, evaluated, config, method=method, pyvrp=pyvrp, progress=progress.update
             )
         results[decoding].summary["decode"] = asdict(config)  # as linc-eval's summary.json
-        if reserved_bytes and on_cpu:
+        if sized:
             release_free_heap()  # the next decoding starts from the live tensors only
     return results
 

@@ -170,6 +170,10 @@ def train_linc(
         fault = plan.fault if resume_from is None else None  # a deliberate failure: once
         policy = initial_policy(run.model, run.train)
         writer.log_metric(NUM_PARAMETERS, sum(p.numel() for p in policy.parameters()))
+        # what this process reserved, on the CPU (a data-parallel trial's own process reserves
+        # none, its workers their own; a GPU trial's estimate is for a GPU run)
+        single_cpu = plan.resources.num_workers == 1 and run.train.device == "cpu"
+        reserved = memory_bytes(plan.resources, run) if single_cpu else 0
         with TrialGuard(plan.resources.preemption_grace_s) as guard:
             callbacks = [
                 MLflowCallback(writer),
@@ -180,7 +184,7 @@ def train_linc(
                 if history and HEAP_TRIMS in history[-1]:  # the workers', summed
                     writer.log_metric(HEAP_TRIMS, history[-1][HEAP_TRIMS])
             else:
-                ceiling = trial_heap_ceiling(memory_bytes(plan.resources, run), run)
+                ceiling = trial_heap_ceiling(reserved, run)
                 result = fit(
                     policy,
                     run.train,
@@ -202,7 +206,7 @@ def train_linc(
         if restored.source and PREEMPTED_PREFIX in restored.source:
             remove_preempted(trial_storage, before_step=restored.global_step + 1)
         release_free_heap()  # the evaluation's decodings start from the live tensors only
-        final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir)
+        final = _evaluate(plan, validation, checkpoint_dir, policy, writer, work_dir, reserved)
         peak_rss = peak_rss_gb()  # the trial process's, training and evaluation included
         writer.log_metric(PEAK_RSS_GB, peak_rss)
         writer.end_run("FINISHED")
@@ -250,18 +254,16 @@ def _evaluate(
     policy: LincPolicy,
     writer: RunWriter,
     work_dir: Path,
+    reserved: int,
 ) -> dict[str, float] | None:
-    """The final policy on the plan's evaluation set, logged; its metrics (None: no set)."""
+    """The final policy on the plan's evaluation set, logged; its metrics (None: no set).
+    ``reserved``: the memory the trial's process reserved (0: none to keep within)."""
     evaluated = evaluation_set(plan.run, validation, open_filesystem)
     if evaluated is None:
         return None
     final = checkpoint_dir / CHECKPOINT_NAME
     final_policy = policy_from_checkpoint(final)[0] if final.exists() else policy
     source, run = plan.run.evaluation, plan.run
-    # the reservation of a trial trained on the CPU, in the process that evaluates (a
-    # data-parallel trial's own reserves none; a GPU trial's is estimated for a GPU run)
-    on_cpu = plan.resources.num_workers == 1 and run.train.device == "cpu"
-    reserved = memory_bytes(plan.resources, run) if on_cpu else 0
     evaluations = evaluate_trial(
         final_policy, evaluated, source, plan.run_name, run.train.compile, run.variant, reserved
     )
