@@ -23,7 +23,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from linc_core.decoding.best_of_k import BestRollouts, Rows, rollout_capacity
+from linc_core.decoding.best_of_k import (
+    BestRollouts,
+    Rows,
+    rollout_capacity,
+    trim_between_chunks,
+)
 from linc_core.decoding.config import sgbs_chunk
 from linc_core.decoding.deadline import check_deadline, with_deadline
 from linc_core.model.decisions import PolicyChooser
@@ -60,7 +65,8 @@ def sgbs_rows(
     compiled: bool = False,
 ) -> tuple[BestRollouts, Tensor]:
     """SGBS on every row, rows chunked so that at most ``max_rollouts_per_chunk`` rollouts
-    (initial rollouts or simulations) run at once; ``compiled``: the greedy completions'
+    (initial rollouts or simulations) run at once, the heap trimmed between chunks on CPU
+    (``trim_between_chunks``); ``compiled``: the greedy completions'
     decision step under ``torch.compile`` (two shapes: the initial rollouts, the simulations).
 
     Returns:
@@ -79,6 +85,8 @@ def sgbs_rows(
         max_rollouts_per_chunk,
     )
     for first in range(0, rows.count, rows_per_chunk):
+        if first > 0:
+            trim_between_chunks(device)  # the last chunk's beams are freed: its heap too
         chunk = rows.select(slice(first, first + rows_per_chunk))
         start_cost = _sgbs_chunk(
             policy,

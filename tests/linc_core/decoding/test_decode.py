@@ -14,7 +14,7 @@ from linc_core.model import LincPolicy
 from linc_core.model.sampling import rollout_keys, sample_with_uniforms, step_uniforms
 from linc_core.problems.tsp import generate_tsp
 from linc_core.verify import verify_instance
-from tests.conftest import tiny_policy
+from tests.conftest import fresh_python, tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +198,26 @@ def test_an_instance_decodes_the_same_wherever_it_sits_in_a_folder(policy, data_
         DecodeConfig(method="sampling", num_z=4, augment=8, seed=22),
     )
     assert other.rows[0].cost != costs["first"]
+
+
+@pytest.mark.parametrize("method", ["sampling", "sgbs"])
+def test_a_cpu_decoding_gives_the_freed_heap_back_between_its_chunks(method):
+    """Under the tuned allocator 480 MB of freed tensors stay resident; a decoding of four
+    chunks gives them back before its second (``trim_between_chunks``): SGBS on 24 Solomon-100
+    held 2,583 MiB after three chunks of 8,192 rollouts without it, at most 600 MiB with it."""
+    script = f"""
+import torch
+from linc_core.decoding import DecodeConfig, decode
+from linc_core.utils.runtime import resident_bytes, tune_cpu_allocator
+from tests.conftest import make_instances, tiny_policy
+assert tune_cpu_allocator()
+policy, instances = tiny_policy(), make_instances("cvrptw", 4, 10, seed=0)
+config = DecodeConfig(method={method!r}, num_z=8, sgbs_z=8, augment=1, max_rollouts_per_chunk=8)
+blocks = [torch.ones(2_000_000) for _ in range(60)]  # 8 MB each: in the heap, not mmap'd
+del blocks
+held = []
+decode(policy, instances, config, progress=lambda done: held.append(resident_bytes()))
+print(held[0], held[-1])
+"""
+    first, last = map(int, fresh_python(script).split())
+    assert first > last + 400e6, (first, last)  # one row a chunk: four chunks
