@@ -6,7 +6,7 @@ not depend on the weights). No peer runs here; the target is the paper's own bud
 24 s = 0.43 s per instance), so ``ratio`` says how far this CPU run is from that GPU figure.
 
 - ``zsample``: complete rollouts per second of ``decode(method="sampling", augment=8)`` on
-  ``instances`` Solomon files (z = 800 full, 64 quick), ``max_rollouts_per_chunk`` 16384.
+  ``instances`` Solomon files (z = 800 full, 64 quick), the default chunk (``ROLLOUTS_PER_CHUNK``).
 - ``sgbs``: seconds per instance of ``decode(method="sgbs")`` with beam 4, expansion 4,
   z 128, augmentation 8 (quick: augmentation 1, one instance).
 """

@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-rollouts-per-chunk",
         type=int,
         default=None,
-        help="rollouts decoded at once (default: 65536 on CUDA; 16384 on CPU, halved until a "
+        help="rollouts decoded at once (default: 65536 on CUDA; 8192 on CPU, halved until a "
         "chunk fits the memory this process may use, a container's limit included)",
     )
     p.add_argument(

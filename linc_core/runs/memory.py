@@ -43,13 +43,14 @@ the headroom a Tune trial keeps below its reservation as its heap grows
 (``orchestration.trial.resources.trial_heap_ceiling``).
 
 A trial reserves the estimate rounded up to 0.25 GiB: for ``preset=cpu-repro`` (n = 50,
-B = 56, K = 128) 2.75 GiB for ``full_linc`` and 6.5 GiB for ``naive_mlp``; for
-``preset=main-cpu`` 3 GiB for each model (its largest chunk: SGBS's 128 rows of 128 rollouts on
-Solomon-100), for ``main-cpu-cvrp`` and ``main-cpu-tsp`` 5.75 GiB (instances of up to 200
-customers) (``cluster.memory_per_trial_gb`` overrides the estimate). Before the
-decoding term knew the chunks, ``preset=main-cpu``'s evaluation (the 56 Solomon-100 at z=800
-x8: 358,400 rollouts, decoded 16,384 at a time) was taken as decoded at once: 10 GiB per trial,
-so a 2-core machine with 17 GiB for Ray ran its trials one at a time instead of two.
+B = 56, K = 128) 2.5 GiB for ``full_linc`` and 6.25 GiB for ``naive_mlp``; for
+``preset=main-cpu`` 2.25 GiB for ``full_linc`` and 3.25 GiB for ``naive_mlp`` (its largest
+chunk: SGBS's 64 rows of 128 rollouts on Solomon-100), for ``main-cpu-cvrp`` and
+``main-cpu-tsp`` 3.75 GiB for ``full_linc`` (instances of up to 200 customers)
+(``cluster.memory_per_trial_gb`` overrides the estimate). Before the decoding term knew the
+chunks, ``preset=main-cpu``'s evaluation (the 56 Solomon-100 at z=800 x8: 358,400 rollouts,
+decoded 16,384 at a time then) was taken as decoded at once: 10 GiB per trial, so a 2-core
+machine with 17 GiB for Ray ran its trials one at a time instead of two.
 """
 
 from __future__ import annotations
@@ -163,11 +164,13 @@ def _validation_floats(plan: RunPlan) -> float:
 
 # A long decoding's peak rises past its first chunk's: the packed widths change from decision to
 # decision and the heap keeps the holes they leave (glibc, with or without tune_cpu_allocator;
-# the live tensors stay the same). Peak resident memory over Solomon-100 at z=800 x8 (one
-# thread, 2026-11-29) rose above the first chunk's by 2.3 times the chunk's estimate at 2,048
-# rollouts a chunk (547 MB after 100 chunks, levelling), 1.9 times at 4,096 (40 chunks, still
-# rising) and 1.6 times at 8,192 (10 chunks); linc-eval at 8,192 in a 768 MiB cgroup was killed
-# 106 s in. A chunk is sized for its estimate and this growth.
+# the live tensors stay the same), within a chunk as well as across them. Over the 56
+# Solomon-100 (one thread, tuned allocator, the heap trimmed between chunks, 2026-11-29) peak
+# resident memory rose above the decoding's start by 2.8 times the chunk's estimate for
+# sampling z=800 x8 at 4,096 rollouts a chunk (422 MiB), 2.0 times at 8,192 (593 MiB), and by
+# 1.4 times for SGBS at 8,192 (918 MiB; 3.4 times at 16,384, 4,366 MiB, within its chunks);
+# linc-eval at 8,192 in a 768 MiB cgroup was killed 106 s in when only a chunk's own tensors
+# were counted. A chunk is sized for its estimate and this growth: 4 times its estimate.
 DECODE_GROWTH = 3.0
 
 # The least chunk linc-eval halves to: 256 rollouts at n = 100 hold about 15 MB (one row's

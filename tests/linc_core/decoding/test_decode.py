@@ -159,7 +159,7 @@ def test_rollouts_per_chunk_default_follows_the_device_and_a_set_value_wins():
     """The GPU default is the one measured 3x faster on an H200 (docs/how-to/gpu.md)."""
     config = DecodeConfig()
     assert config.max_rollouts_per_chunk is None
-    assert config.rollouts_per_chunk(torch.device("cpu")) == 16384
+    assert config.rollouts_per_chunk(torch.device("cpu")) == 8192
     assert config.rollouts_per_chunk(torch.device("cuda", 1)) == 65536
     assert DecodeConfig(max_rollouts_per_chunk=6).rollouts_per_chunk(torch.device("cuda")) == 6
 

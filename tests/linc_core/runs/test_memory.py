@@ -27,15 +27,15 @@ from tests.conftest import make_instances
 
 
 def test_a_decoding_holds_one_chunk_of_rows_and_rollouts() -> None:
-    """The 56 Solomon-100 at z=800 x8 on CPU: 448 rows of 800 rollouts, decoded 20 rows
-    (16,000 rollouts) at a time, by hand; a K past the chunk goes one row at a time, in blocks
+    """The 56 Solomon-100 at z=800 x8 on CPU: 448 rows of 800 rollouts, decoded 10 rows
+    (8,000 rollouts) at a time, by hand; a K past the chunk goes one row at a time, in blocks
     of the chunk (best_of_k's)."""
     chunk = ROLLOUTS_PER_CHUNK["cpu"]
-    assert chunk == 16384
-    assert best_of_k_chunk(800, chunk) == (20, 800)
+    assert chunk == 8192
+    assert best_of_k_chunk(800, chunk) == (10, 800)
     assert best_of_k_chunk(100_000, chunk) == (1, chunk)
-    expected = DECODE_INSTANCE * 20 * 101 * 101 * 128 + DECODE_ROW * 20 * 800 * 101 * 128
-    assert _decode_floats(20, 800, 101, 128) == pytest.approx(expected, rel=1e-12)
+    expected = DECODE_INSTANCE * 10 * 101 * 101 * 128 + DECODE_ROW * 10 * 800 * 101 * 128
+    assert _decode_floats(10, 800, 101, 128) == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_validation_decodes_k_greedy_rollouts_of_each_of_its_instances() -> None:
@@ -56,14 +56,14 @@ def test_a_validation_decodes_k_greedy_rollouts_of_each_of_its_instances() -> No
 
 
 def test_each_evaluation_decoding_is_sized_by_the_decoders_own_chunks() -> None:
-    """The 56 Solomon-100 x8 on CPU (16,384 rollouts per chunk): sampling z=800 holds 20 rows
-    of 800; SGBS (from 128 greedy z-rollouts, beam 4 x expansion 4) 128 rows of 128; POMO's
-    multistart 163 rows of its 100 starts, and its SGBS 128 rows of 100 starts."""
+    """The 56 Solomon-100 x8 on CPU (8,192 rollouts per chunk): sampling z=800 holds 10 rows
+    of 800; SGBS (from 128 greedy z-rollouts, beam 4 x expansion 4) 64 rows of 128; POMO's
+    multistart 81 rows of its 100 starts, and its SGBS 81 rows of 100 starts."""
     for decoding, z_dim, shape in [
-        ("sampling", 16, (20, 800)),
-        ("sgbs", 16, (128, 128)),
-        ("sampling", 0, (163, 100)),  # a model without z decodes its POMO starts
-        ("sgbs", 0, (163, 100)),
+        ("sampling", 16, (10, 800)),
+        ("sgbs", 16, (64, 128)),
+        ("sampling", 0, (81, 100)),  # a model without z decodes its POMO starts
+        ("sgbs", 0, (81, 100)),
     ]:
         config = DecodeConfig.for_evaluation(decoding, 800, 8, 0, z_dim)
         assert config.chunk_shape(100, 101, z_dim, "cpu") == shape, (decoding, z_dim)
@@ -90,9 +90,9 @@ def test_the_largest_instance_of_each_named_set_is_declared(data_dir) -> None:
 
 
 def test_a_chunk_is_halved_until_its_decoding_fits() -> None:
-    """Solomon-100 at z=800 x8 on CPU, by hand: the default chunk holds 20 rows of 800 (1.5 x 4
-    bytes x (0.85 x 20 x 101^2 x 128 + 0.4 x 20 x 800 x 101 x 128) = 630 MB); 10 rows at 8,192,
-    5 at 4,096, then one row in blocks of the chunk; never under 256 rollouts."""
+    """Solomon-100 at z=800 x8 on CPU, by hand: the default chunk holds 10 rows of 800 (1.5 x 4
+    bytes x (0.85 x 10 x 101^2 x 128 + 0.4 x 10 x 800 x 101 x 128) = 315 MB); 5 rows at 4,096,
+    2 at 2,048, then one row in blocks of the chunk; never under 256 rollouts."""
     config = DecodeConfig(num_z=800, augment=8)
 
     def by_hand(rows: int, rollouts: int) -> int:
@@ -100,15 +100,15 @@ def test_a_chunk_is_halved_until_its_decoding_fits() -> None:
         return int(1.5 * 4 * floats)
 
     whole = decoding_bytes(config, 100, 101, 16, 128)
-    assert whole == by_hand(20, 800) and 625e6 < whole < 635e6
+    assert whole == by_hand(10, 800) and 310e6 < whole < 320e6
     assert DECODE_GROWTH == 3.0  # a chunk needs 4 times its estimate
 
     def chunk(free: int) -> int | None:
         return chunk_within(config, 100, 101, 16, 128, free)
 
     assert chunk(4 * whole) is None
-    assert chunk(4 * whole - 1) == 8192
-    assert chunk(4 * by_hand(10, 800) - 1) == 4096
+    assert chunk(4 * whole - 1) == 4096
+    assert chunk(4 * by_hand(5, 800) - 1) == 2048
     assert chunk(4 * by_hand(2, 800)) == 2048  # 2 rows of 800
     assert chunk(4 * by_hand(1, 800)) == 1024  # 1 row of 800
     assert chunk(4 * by_hand(1, 512)) == 512  # blocks of 512
@@ -130,7 +130,7 @@ def test_a_set_is_chunked_for_its_largest_instance_in_what_the_process_has_left(
         return resident_bytes() + int(free / (1 - DECODE_HEADROOM))
 
     assert chunk_under_limit(config, instances, limit_leaving(4 * whole + margin), **model) is None
-    assert chunk_under_limit(config, instances, limit_leaving(4 * whole - margin), **model) == 8192
+    assert chunk_under_limit(config, instances, limit_leaving(4 * whole - margin), **model) == 4096
     # sized for the 20-customer instance alone, the default chunk would fit
     assert chunk_within(config, 20, 21, 16, 128, 4 * whole - margin) is None
     chosen = replace(config, max_rollouts_per_chunk=512)
