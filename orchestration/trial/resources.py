@@ -13,7 +13,7 @@ node can place a trial is the driver's: :mod:`orchestration.experiment.callbacks
 
 A CPU trial also stays within the memory it reserved as it trains: its heap grows between steps
 past what its tensors hold (the packed widths leave holes: a trial of ``preset=cpu-repro``,
-reserving 2.75 GiB, held 1.9 GB after one minute and 2.4 GB after twelve), so after any step
+reserving 2.75 GiB then, held 1.9 GB after one minute and 2.4 GB after twelve), so after any step
 that ends with the process holding more than its reservation less one step's rise, the
 validation's decoding and an MLP scorer's tensors, the free heap is given back
 (:func:`trial_heap_ceiling`).
