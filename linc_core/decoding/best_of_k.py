@@ -182,7 +182,7 @@ def decode_best_of_k(
         keys = sample_seeds[first : first + chunk.count] if sample else None
         _best_of_chunk(
             policy, chunk, first, best, num_rollouts, block, keys, multistart, seed,
-            progress, deadline, compiled,
+            progress=progress, deadline=deadline, compiled=compiled,
         )  # fmt: skip
     return best
 
@@ -232,9 +232,11 @@ def _best_of_chunk(
 def trim_between_chunks(device: torch.device) -> None:
     """Before a decoding's next chunk on CPU, give the heap's free pages back to the OS
     (``linc_core.utils.runtime.trim_free_heap``): the chunks' freed tensors would otherwise
-    stay resident and, with SGBS's shapes changing at every depth, fragment the heap (SGBS at
-    8,192 rollouts a chunk on Solomon-100 held 2,583 MiB above its start after three chunks,
-    600 MiB trimmed). A decoding of one chunk never trims; a GPU's memory is not the heap's."""
+    stay resident under ``tune_cpu_allocator`` and, with SGBS's shapes changing at every
+    depth, fragment the heap: SGBS on 24 Solomon-100 at 8,192 rollouts a chunk (one thread,
+    2026-11-29) held 1,454, 2,090 and 2,583 MiB above its start after its three chunks, and at
+    most 600 MiB trimmed between them, in the same time. A decoding of one chunk never trims;
+    a GPU's memory is not the heap's."""
     if device.type == "cpu":
         trim_free_heap()
 

@@ -79,12 +79,9 @@ def trim_free_heap() -> bool:
     """Give the heap's free pages back to the OS (glibc ``malloc_trim``), without a garbage
     collection; False off glibc.
 
-    A CPU decoding calls it between its chunks (``linc_core.decoding``): under
-    ``tune_cpu_allocator`` each chunk's freed tensors stay in the heap, and SGBS's, whose
-    shapes change at every depth, fragment it. SGBS on 24 Solomon-100 at 8,192 rollouts a chunk
-    (one thread, 2026-11-29) held 1,454, 2,090 and 2,583 MiB above its start after its three
-    chunks, and at most 600 MiB (321 MiB after the last) trimmed between them, in the same
-    time. It costs about a millisecond; the next chunk takes its pages afresh, once.
+    A CPU decoding calls it between its chunks
+    (``linc_core.decoding.best_of_k.trim_between_chunks``, where its measurement is); it costs
+    about a millisecond, and the next chunk takes its pages afresh, once.
     """
     return _malloc_trim()
 
