@@ -1,5 +1,5 @@
-"""``linc-data``: where linc reads the benchmark data, and fetching a set from CVRPLIB
-(:mod:`linc_core.instances.benchmarks`)."""
+"""``linc-data``: where linc reads the benchmark data (:mod:`linc_core.instances.benchmarks`),
+and fetching a set from CVRPLIB (:mod:`linc_core.instances.download`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 from linc_core.instances import (
     InstanceError,
 )
-from linc_core.instances.benchmarks import (
+from linc_core.instances.benchmarks import DATA_DIR_ENV, data_dir
+from linc_core.instances.download import (
     CVRPLIB_URL,
     CVRPLIB_URL_ENV,
-    DATA_DIR_ENV,
     DOWNLOAD_SETS,
+    Downloaded,
     DownloadError,
-    data_dir,
     download_set,
 )
 
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "where":
             print(data_dir())
             return 0
-        paths = download_set(
+        done = download_set(
             args.set,
             args.dest,
             args.names,
@@ -63,8 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, DownloadError, InstanceError, KeyError) as err:
         print(f"linc-data: {err}", file=sys.stderr)
         return 1
-    print(f"{len(paths)} files in {args.dest}")
+    print(summary(done, args.dest))
     return 0
+
+
+def summary(done: Downloaded, dest: Path) -> str:
+    """The command's last line: how many files, and how many matched linc's record of their
+    content (``linc_core.instances.download``)."""
+    parts = []
+    fetched = len(done.paths) - len(done.kept)
+    if fetched:
+        checked = f"{fetched} fetched: {done.matched} matching linc's record of their content"
+        if done.unrecorded:
+            checked += f", {len(done.unrecorded)} with no record (checked by their reader only)"
+        parts.append(checked)
+    if done.kept:
+        parts.append(f"{len(done.kept)} already there, kept (--overwrite fetches them again)")
+    return f"{len(done.paths)} files in {dest} ({'; '.join(parts)})"
 
 
 if __name__ == "__main__":
