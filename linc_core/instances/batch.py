@@ -234,7 +234,8 @@ class Instance:
         Hashes the problem name, then row ``row`` of ``locs``, ``demand``, ``capacity``,
         ``time_windows``, ``service_time`` and ``travel_time_scale``, then of the ``extras`` in
         name order, each as float64 bytes (names and ``grid_size`` are left out). The PyVRP
-        cost cache keys on it, so the definition must not change.
+        cost cache keys on it and ``linc-data download`` matches files against a record of it
+        (``linc_core.instances.download``), so the definition must not change.
         """
         digest = hashlib.sha256(self.problem.encode())
         for name in ("locs", "demand", "capacity", "time_windows", "service_time"):
