@@ -168,7 +168,8 @@ def _validation_floats(plan: RunPlan) -> float:
 # Solomon-100 (one thread, tuned allocator, the heap trimmed between chunks, 2026-11-29) peak
 # resident memory rose above the decoding's start by 2.8 times the chunk's estimate for
 # sampling z=800 x8 at 4,096 rollouts a chunk (422 MiB), 2.0 times at 8,192 (593 MiB), and by
-# 1.4 times for SGBS at 8,192 (918 MiB; 3.4 times at 16,384, 4,366 MiB, within its chunks);
+# 1.4 times for SGBS at 8,192 (918 MiB; 3.4 times at 16,384, 4,366 MiB, within its chunks); on
+# a Xeon (2026-12-07) SGBS on 24 of them rose 2.5 times at 8,192 (1,591 MiB), 1.4 at 4,096;
 # linc-eval at 8,192 in a 768 MiB cgroup was killed 106 s in when only a chunk's own tensors
 # were counted. A chunk is sized for its estimate and this growth: 4 times its estimate.
 DECODE_GROWTH = 3.0
