@@ -60,7 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             base_url=args.base_url,
             overwrite=args.overwrite,
         )
-    except (FileNotFoundError, DownloadError, InstanceError, KeyError) as err:
+    except DownloadError as err:
+        print(f"linc-data: {err}", file=sys.stderr)
+        if err.done is not None and err.done.files:  # what the files before it came to
+            print(f"before it: {summary(err.done, args.dest)}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, InstanceError, KeyError) as err:
         print(f"linc-data: {err}", file=sys.stderr)
         return 1
     print(summary(done, args.dest))
@@ -68,18 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def summary(done: Downloaded, dest: Path) -> str:
-    """The command's last line: how many files, and how many matched linc's record of their
+    """One line: the files in ``dest`` by how they were checked against linc's record of their
     content (``linc_core.instances.download``)."""
-    parts = []
-    fetched = len(done.paths) - len(done.kept)
-    if fetched:
-        checked = f"{fetched} fetched: {done.matched} matching linc's record of their content"
-        if done.unrecorded:
-            checked += f", {len(done.unrecorded)} with no record (checked by their reader only)"
-        parts.append(checked)
-    if done.kept:
-        parts.append(f"{len(done.kept)} already there, kept (--overwrite fetches them again)")
-    return f"{len(done.paths)} files in {dest} ({'; '.join(parts)})"
+    counts = [
+        (len(done.matched), "matching linc's record of their content"),
+        (len(done.unrecorded), "fetched with no record, checked by their reader only"),
+        (len(done.present), "already there with no record (--overwrite fetches them again)"),
+    ]
+    parts = "; ".join(f"{count} {what}" for count, what in counts if count)
+    noun = "file" if done.files == 1 else "files"
+    return f"{done.files} {noun} in {dest}: {parts}"
 
 
 if __name__ == "__main__":

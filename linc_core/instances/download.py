@@ -15,11 +15,14 @@ file by CVRPLIB and are not offered.
 Each file is written to a temporary name in the destination folder, read with the linc reader
 of its format, and only then renamed into place, so an interrupted or corrupt download never
 leaves a file that looks complete. CVRPLIB serves plain http, so what arrives may have been
-changed on the way: an instance of a set whose content linc records (``KNOWN_CONTENT``:
-Solomon-100's 56 and Set X's 100, ``Instance.fingerprint`` of the file as read) must match
-that record, or it is refused and nothing is written. Gehring-Homberger's files and the
-``.sol`` files (CVRPLIB updates best-known solutions) have no record: they are checked by their
-reader only, and the command says how many files went unmatched.
+changed on the way: an instance of a set whose content linc records (``RECORDED_SETS``:
+Solomon-100's 56 and Set X's 100, ``Instance.fingerprint`` of the file as read, in
+``KNOWN_CONTENT_FILE``) must match that record, or it is refused and nothing is written; a copy
+already in the folder is checked the same way, and a name the record lacks is refused before
+any fetch. The record covers the values linc reads, not a file's other lines (a Solomon file's
+vehicle count, a ``.vrp``'s comment). Gehring-Homberger's files and the ``.sol`` files (CVRPLIB
+updates best-known solutions) have no record: they are checked by their reader only, and
+:class:`Downloaded` counts them apart.
 
 The record is made from the standard files (``$LINC_DATA_DIR``) by
 :func:`write_known_content`; a test holds it equal to what those files give.
@@ -76,12 +79,21 @@ DOWNLOAD_SETS: dict[str, RemoteSet] = {
     "solomon100": RemoteSet("solomon100", "Solomon", "txt", "solomon"),
     "homberger200": RemoteSet("homberger200", "HG", "txt", "solomon"),
 }
+# What became of a fetched instance its check refused.
+NOT_KEPT = "it was not kept"
 # The sets whose content linc records: those the standard data folder holds.
 RECORDED_SETS = ("cvrplib_x", "solomon100")
 
 
 class DownloadError(RuntimeError):
-    """A file could not be fetched, or what was fetched failed the reader's checks."""
+    """A file could not be fetched, or what was fetched failed the reader's checks.
+
+    Attributes:
+        done: what :func:`download_set` had left in its folder before this file (None from
+            :func:`download_file` alone).
+    """
+
+    done: Downloaded | None = None
 
 
 def remote_names(set_name: str, root: str | os.PathLike[str] | None = None) -> list[str]:
@@ -202,18 +214,19 @@ def write_known_content(root: str | os.PathLike[str] | None = None) -> Path:
     return Path(write_atomic(KNOWN_CONTENT_FILE, text.encode()))
 
 
-def _instance_check(remote: RemoteSet, name: str) -> Callable[[Path], object]:
-    """The check of a fetched instance file: its reader, then linc's record of its content."""
-    reader = _reader(remote)
-    expected = known_content().get(remote.name, {}).get(name)
+def _content_check(set_name: str, name: str, outcome: str) -> Callable[[Path], object]:
+    """The check of an instance file of ``set_name``: its reader, then, for a set linc records,
+    the record of instance ``name``'s content (a mismatch is a ``ValueError`` that ends with
+    ``outcome``: what became of the file)."""
+    reader = _reader(DOWNLOAD_SETS[set_name])
+    expected = known_content().get(set_name, {}).get(name)
 
     def check(path: Path) -> None:
         found = reader(path).fingerprint()
         if expected is not None and found != expected:
             raise ValueError(
                 f"its content (fingerprint {found}) differs from linc's record of "
-                f"{remote.name} {name} ({expected}): changed on the way or at the source, so it "
-                "was not kept"
+                f"{set_name} {name} ({expected}): changed on the way or at the source; {outcome}"
             )
 
     return check
@@ -224,25 +237,42 @@ def is_recorded(set_name: str, name: str) -> bool:
     return name in known_content().get(set_name, {})
 
 
-@dataclass(frozen=True)
+def _check_names(set_name: str, names: Sequence[str]) -> None:
+    """Refuse, before any fetch, a name that is no plain file name, or, in a set linc records,
+    a name the record does not hold (``c101`` is not C101: it would be kept unchecked)."""
+    record = known_content().get(set_name)
+    for name in names:  # each becomes a file name in dest: never a path out of it
+        if not is_plain_name(name):
+            raise DownloadError(f"download {set_name}: instance name {name!r}: {PLAIN_NAME_RULE}")
+        if record is not None and name not in record:
+            close = [known for known in record if known.casefold() == name.casefold()]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DownloadError(
+                f"download {set_name}: instance name {name!r}: not one of the set's "
+                f"{len(record)} instances{hint}"
+            )
+
+
+@dataclass
 class Downloaded:
-    """What :func:`download_set` left in its folder.
+    """What :func:`download_set` left in its folder, in download order.
 
     Attributes:
-        paths: every file asked for, fetched or already there, in download order.
-        kept: those already there, not fetched (``overwrite`` fetches them again).
-        unrecorded: those fetched with no record of their content to match (Gehring-Homberger,
-            ``.sol`` files, a name outside the record): checked by their reader only.
+        matched: instance files fetched, or already there, whose content matched linc's record.
+        unrecorded: files fetched with no record to match (Gehring-Homberger's instances,
+            ``.sol`` files): checked by their reader only.
+        present: files already there and not fetched again (``overwrite`` fetches them), whose
+            content the record does not cover (a ``.sol`` file, a Gehring-Homberger instance).
     """
 
-    paths: list[Path] = field(default_factory=list)
-    kept: list[Path] = field(default_factory=list)
+    matched: list[Path] = field(default_factory=list)
     unrecorded: list[Path] = field(default_factory=list)
+    present: list[Path] = field(default_factory=list)
 
     @property
-    def matched(self) -> int:
-        """Files fetched whose content matched linc's record."""
-        return len(self.paths) - len(self.kept) - len(self.unrecorded)
+    def files(self) -> int:
+        """Every file accounted for."""
+        return len(self.matched) + len(self.unrecorded) + len(self.present)
 
 
 def download_set(
@@ -257,34 +287,54 @@ def download_set(
 ) -> Downloaded:
     """Download a set's instances (and optionally solutions) into ``dest``.
 
-    Files already present are kept unless ``overwrite``. Files keep CVRPLIB's names. An
-    instance linc records the content of is kept only if it matches (module docstring).
+    Files keep CVRPLIB's names. Files already present are kept unless ``overwrite``; an
+    instance of a set linc records (``RECORDED_SETS``) is kept, fetched or present, only if it
+    matches the record (module docstring).
+
+    Returns:
+        What is in ``dest`` now, by how it was checked (:class:`Downloaded`).
 
     Raises:
-        DownloadError: a name is no plain file name (``../x``: before any fetch), or a download
-            fails (:func:`download_file`): a fetch, a reader's check or the record's.
+        DownloadError: a name is no plain file name or, in a recorded set, not one of its
+            instances (before any fetch); a download fails (:func:`download_file`: a fetch, a
+            reader's check or the record's); an instance already present differs from the
+            record. Its ``done`` holds what was done before.
     """
     remote = DOWNLOAD_SETS[set_name]
     wanted = list(names) if names else remote_names(set_name)
-    for name in wanted:  # each becomes a file name in dest: never a path out of it
-        if not is_plain_name(name):
-            raise DownloadError(f"download {set_name}: instance name {name!r}: {PLAIN_NAME_RULE}")
+    _check_names(set_name, wanted)
     folder = Path(dest)
     done = Downloaded()
-    for name in wanted:
-        for solution in (False, True) if solutions else (False,):
-            extension = "sol" if solution else remote.extension
-            target = folder / f"{name}.{extension}"
-            done.paths.append(target)
-            if target.exists() and not overwrite:
-                done.kept.append(target)
-                continue
-            url = instance_url(set_name, name, solution=solution, base_url=base_url)
-            check = read_solution if solution else _instance_check(remote, name)
-            download_file(url, target, check, opener=opener)
-            if solution or not is_recorded(set_name, name):
-                done.unrecorded.append(target)
+    try:
+        for name in wanted:
+            for solution in (False, True) if solutions else (False,):
+                extension = "sol" if solution else remote.extension
+                target = folder / f"{name}.{extension}"
+                recorded = not solution and is_recorded(set_name, name)
+                if target.exists() and not overwrite:
+                    if recorded:
+                        _check_present(target, set_name, name)
+                        done.matched.append(target)
+                    else:
+                        done.present.append(target)
+                    continue
+                url = instance_url(set_name, name, solution=solution, base_url=base_url)
+                check = read_solution if solution else _content_check(set_name, name, NOT_KEPT)
+                download_file(url, target, check, opener=opener)
+                (done.matched if recorded else done.unrecorded).append(target)
+    except DownloadError as err:
+        err.done = done
+        raise
     return done
+
+
+def _check_present(path: Path, set_name: str, name: str) -> None:
+    """An instance already in the folder, checked as a fetched one is: a copy made before the
+    record, or changed since, is named rather than counted as the set's."""
+    try:
+        _content_check(set_name, name, "--overwrite fetches it again")(path)
+    except (InstanceError, ValueError, OSError) as err:
+        raise DownloadError(f"{path}: already there, and {err}") from None
 
 
 __all__ = [

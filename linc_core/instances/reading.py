@@ -58,7 +58,8 @@ def parse_with_vrplib(path: str | os.PathLike[str], source: str, file_format: st
     parse = parse_solomon if file_format == "solomon" else parse_vrplib
     try:
         return parse(text, compute_edge_weights=False)
-    except (ValueError, RuntimeError, IndexError, KeyError, TypeError) as err:
+    # ArithmeticError: numpy's OverflowError on a number past int64 (a coordinate of 1e21)
+    except (ValueError, RuntimeError, IndexError, KeyError, TypeError, ArithmeticError) as err:
         label = "Solomon" if file_format == "solomon" else "VRPLIB"
         raise InstanceError(
             source, "format", str(err), f"vrplib could not parse this {label} file"

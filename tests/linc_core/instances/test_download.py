@@ -111,8 +111,8 @@ def test_download_set_with_stand_in_opener(data_dir: Path, tmp_path: Path) -> No
         base_url="https://x.example/",
         opener=opener,
     )
-    assert [p.name for p in done.paths] == ["C101.txt", "C101.sol", "R101.txt", "R101.sol"]
-    assert done.matched == 2 and [p.name for p in done.unrecorded] == ["C101.sol", "R101.sol"]
+    assert [p.name for p in done.matched] == ["C101.txt", "R101.txt"]
+    assert [p.name for p in done.unrecorded] == ["C101.sol", "R101.sol"] and done.files == 4
     assert requested == [
         "https://x.example/Solomon/C101.txt",
         "https://x.example/Solomon/C101.sol",
@@ -123,26 +123,38 @@ def test_download_set_with_stand_in_opener(data_dir: Path, tmp_path: Path) -> No
     # A second run finds the files in place and fetches nothing.
     requested.clear()
     again = download_set("solomon100", dest, ["C101"], opener=opener)
-    assert requested == [] and again.kept == [dest / "C101.txt"] and again.matched == 0
+    assert requested == [] and again.matched == [dest / "C101.txt"] and again.files == 1
+
+
+def c101_mirror(data_dir: Path, tmp_path: Path) -> Path:
+    """A ``file://`` mirror in CVRPLIB's layout holding the standard C101 alone."""
+    mirror = tmp_path / "mirror"
+    (mirror / "Solomon").mkdir(parents=True)
+    shutil.copy(data_dir / "solomon100" / "C101.txt", mirror / "Solomon" / "C101.txt")
+    return mirror
 
 
 def test_main_download_from_file_mirror(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mirror = tmp_path / "mirror"
-    (mirror / "Solomon").mkdir(parents=True)
-    shutil.copy(data_dir / "solomon100" / "C101.txt", mirror / "Solomon" / "C101.txt")
+    mirror = c101_mirror(data_dir, tmp_path)
     dest = tmp_path / "dest"
     flags = ["--dest", str(dest), "--base-url", mirror.as_uri(), "--names"]
     code = main(["download", "solomon100", *flags, "C101"])
     assert code == 0
     assert (dest / "C101.txt").read_bytes() == (mirror / "Solomon" / "C101.txt").read_bytes()
     assert capsys.readouterr().out == (
-        f"1 files in {dest} (1 fetched: 1 matching linc's record of their content)\n"
+        f"1 file in {dest}: 1 matching linc's record of their content\n"
     )
-    code = main(["download", "solomon100", *flags, "R999"])
+    # C102 is not on the mirror: the error, then what the files before it came to
+    code = main(["download", "solomon100", *flags, "C101", "C102", "--solutions"])
     assert code == 1
-    assert "R999.txt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"linc-data: {mirror.as_uri()}/Solomon/C101.sol: download failed: ")
+    assert err.endswith(
+        f"\nbefore it: 1 file in {dest}: 1 matching linc's record of their content\n"
+    )
+    assert sorted(p.name for p in dest.iterdir()) == ["C101.txt"]
 
 
 @contextmanager
@@ -297,6 +309,15 @@ def _changed_c101(data_dir: Path) -> bytes:
     return text.replace(line, line.replace("68", "69", 1)).encode()
 
 
+def c101_mismatch(path: Path, outcome: str) -> str:
+    """The refusal of the C101 file at ``path`` by linc's record, ending with ``outcome``."""
+    found, expected = read_solomon(path).fingerprint(), known_content()["solomon100"]["C101"]
+    return (
+        f"its content (fingerprint {found}) differs from linc's record of solomon100 C101 "
+        f"({expected}): changed on the way or at the source; {outcome}"
+    )
+
+
 def test_an_instance_changed_on_the_way_is_refused_and_nothing_is_kept(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -310,12 +331,9 @@ def test_an_instance_changed_on_the_way_is_refused_and_nothing_is_kept(
         flags = ["--dest", str(dest), "--names", "C101", "--base-url", base]
         assert main(["download", "solomon100", *flags]) == 1
         url = f"{base}/Solomon/C101.txt"
-        found = read_solomon(tmp_path / "C101.txt").fingerprint()
-        expected = known_content()["solomon100"]["C101"]
+        mismatch = c101_mismatch(tmp_path / "C101.txt", "it was not kept")
         assert capsys.readouterr().err == (
-            f"linc-data: {url}: downloaded file failed the check: its content (fingerprint "
-            f"{found}) differs from linc's record of solomon100 C101 ({expected}): changed on "
-            "the way or at the source, so it was not kept\n"
+            f"linc-data: {url}: downloaded file failed the check: {mismatch}\n"
         )
         assert list(dest.iterdir()) == []
         # Over an earlier good copy, with --overwrite: the good copy stays as it was.
@@ -339,10 +357,52 @@ def test_a_set_without_a_record_is_read_checked_and_said_so(
     flags = ["--dest", str(dest), "--names", "C1_2_1", "--base-url", mirror.as_uri()]
     assert main(["download", "homberger200", *flags]) == 0
     assert capsys.readouterr().out == (
-        f"1 files in {dest} (1 fetched: 0 matching linc's record of their content, 1 with no "
-        "record (checked by their reader only))\n"
+        f"1 file in {dest}: 1 fetched with no record, checked by their reader only\n"
     )
     assert main(["download", "homberger200", *flags]) == 0
     assert capsys.readouterr().out == (
-        f"1 files in {dest} (1 already there, kept (--overwrite fetches them again))\n"
+        f"1 file in {dest}: 1 already there with no record (--overwrite fetches them again)\n"
+    )
+
+
+def test_a_name_the_record_lacks_is_refused_before_any_fetch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ``c101`` (the best-known values match names ignoring case) would otherwise be a file of no
+    # record, kept unchecked whatever it holds.
+    requests: list[int] = []
+    with local_server(lambda out: requests.append(1)) as base:
+        flags = ["--dest", str(tmp_path / "dest"), "--base-url", base, "--names"]
+        assert main(["download", "solomon100", *flags, "C101", "c101"]) == 1
+        assert capsys.readouterr().err == (
+            "linc-data: download solomon100: instance name 'c101': not one of the set's 56 "
+            "instances (did you mean 'C101'?)\n"
+        )
+        assert main(["download", "solomon100", *flags, "R999"]) == 1
+        assert capsys.readouterr().err == (
+            "linc-data: download solomon100: instance name 'R999': not one of the set's 56 "
+            "instances\n"
+        )
+    assert requests == [] and not (tmp_path / "dest").exists()
+
+
+def test_an_instance_already_there_is_checked_against_the_record_too(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A copy fetched before the record existed, or changed since, is named, not counted as the
+    # set's; --overwrite fetches the standard file over it.
+    mirror = c101_mirror(data_dir, tmp_path)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "C101.txt").write_bytes(_changed_c101(data_dir))
+    flags = ["--dest", str(dest), "--base-url", mirror.as_uri(), "--names", "C101"]
+    assert main(["download", "solomon100", *flags]) == 1
+    mismatch = c101_mismatch(dest / "C101.txt", "--overwrite fetches it again")
+    assert capsys.readouterr().err == (
+        f"linc-data: {dest / 'C101.txt'}: already there, and {mismatch}\n"
+    )
+    assert main(["download", "solomon100", *flags, "--overwrite"]) == 0
+    assert read_solomon(dest / "C101.txt").fingerprint() == known_content()["solomon100"]["C101"]
+    assert capsys.readouterr().out == (
+        f"1 file in {dest}: 1 matching linc's record of their content\n"
     )

@@ -99,3 +99,18 @@ def test_truncated_solomon_file(data_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(InstanceError) as err:
         read_solomon(path)
     assert_names(err, path, "CUSTOMER row 57", "57      40")
+
+
+def test_a_number_past_int64_is_an_instance_error_not_a_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """vrplib's numpy parse raised OverflowError for a coordinate of 21 digits, which escaped
+    ``linc-data download`` and ``linc-solve`` as a traceback."""
+    text = edit_solomon_row(solomon_text(data_dir), 1, 1, "999999999999999999999")
+    path = write_file(tmp_path, "BIG.txt", text)
+    with pytest.raises(InstanceError) as err:
+        read_solomon(path)
+    assert str(err.value) == (
+        f"{path}: field 'format' = 'Python int too large to convert to C long': vrplib could "
+        "not parse this Solomon file"
+    )
