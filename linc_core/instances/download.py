@@ -79,6 +79,9 @@ DOWNLOAD_SETS: dict[str, RemoteSet] = {
     "solomon100": RemoteSet("solomon100", "Solomon", "txt", "solomon"),
     "homberger200": RemoteSet("homberger200", "HG", "txt", "solomon"),
 }
+# What a file's check raises when it refuses the file (a reader's InstanceError, the record's
+# ValueError, a read's OSError): the download and the check of a present copy catch the same.
+CHECK_ERRORS = (InstanceError, ValueError, OSError)
 # What became of a fetched instance its check refused.
 NOT_KEPT = "it was not kept"
 # The sets whose content linc records: those the standard data folder holds.
@@ -180,7 +183,7 @@ def download_file(
     def verify(temporary: Path) -> None:
         try:
             check(temporary)
-        except (InstanceError, ValueError, OSError) as err:
+        except CHECK_ERRORS as err:
             raise DownloadError(f"{url}: downloaded file failed the check: {err}") from err
 
     return Path(write_atomic(target, writer=fetch, check=verify))
@@ -333,7 +336,7 @@ def _check_present(path: Path, set_name: str, name: str) -> None:
     record, or changed since, is named rather than counted as the set's."""
     try:
         _content_check(set_name, name, "--overwrite fetches it again")(path)
-    except (InstanceError, ValueError, OSError) as err:
+    except CHECK_ERRORS as err:
         raise DownloadError(f"{path}: already there, and {err}") from None
 
 
