@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 
@@ -152,6 +153,8 @@ __all__ = [
 
 
 IGNORED_EXIT_OPENING = "Exception ignored in:"
+# A traceback's caret line (``^^^^``, ``~~~^^^``), or what is left of it: nothing.
+_CARETS = re.compile(r"[\^~]*")
 
 
 def without_ignored_exits(lines: list[str]) -> list[str]:
@@ -167,8 +170,11 @@ def without_ignored_exits(lines: list[str]) -> list[str]:
         if opening and lines[at + 1].startswith("Traceback (most recent call last)"):
             end = at + 2
             # frames are indented; a frame's caret line can arrive as an empty line (its
-            # trailing spaces stripped on the way to the driver)
-            while end < len(lines) and (lines[end].startswith((" ", "\t")) or not lines[end]):
+            # trailing spaces stripped on the way to the driver) or split in two, its second
+            # part a line of carets from the first column
+            while end < len(lines) and (
+                lines[end].startswith((" ", "\t")) or _CARETS.fullmatch(lines[end])
+            ):
                 end += 1
         if end > at and end < len(lines) and lines[end].startswith("SystemExit"):
             at = end + 1

@@ -33,6 +33,14 @@ IGNORED_EXIT_WITH_CARETS = [
     "ray._raylet.raise_sys_exit_with_custom_error_message",
     "SystemExit: 1",
 ]
+# The same, as a CI rehearsal's test saw it (2026-12-07): the first frame's caret line split in
+# two, its second part from the first column.
+IGNORED_EXIT_WITH_SPLIT_CARETS = [
+    *IGNORED_EXIT[:4],
+    "    ^^^^^^^^^^^^^^^^^^^",
+    "^^^^^^^^^^^^^^^^^",
+    *IGNORED_EXIT[4:],
+]
 IGNORED_ERROR = [
     "Exception ignored in: <function callback at 0x7f62300f89a0>",
     "Traceback (most recent call last):",
@@ -46,6 +54,8 @@ def test_only_an_ignored_exit_is_dropped():
     assert without_ignored_exits([epoch, *IGNORED_EXIT, epoch]) == [epoch, epoch]
     assert without_ignored_exits(IGNORED_EXIT + IGNORED_ERROR) == IGNORED_ERROR
     assert without_ignored_exits([epoch, *IGNORED_EXIT_WITH_CARETS, epoch]) == [epoch, epoch]
+    split = [epoch, *IGNORED_EXIT_WITH_SPLIT_CARETS, epoch]
+    assert without_ignored_exits(split) == [epoch, epoch]
     assert without_ignored_exits(IGNORED_ERROR) == IGNORED_ERROR
     # a traceback that was not ignored, or an exit line alone: kept
     raised = IGNORED_EXIT[1:]
