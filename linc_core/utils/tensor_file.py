@@ -18,6 +18,14 @@ weights-only unpickler executes no global outside torch's fixed list (torch is p
 the bypass fixed in 2.6 does not apply). The writer side keeps to the same rule:
 :func:`check_plain` refuses to save a payload holding anything else (a numpy scalar in a
 history row, say), so a checkpoint linc writes always loads.
+
+Nor does a file get more memory than its size. Before torch reads it, its zip directory must list
+stored (uncompressed) records that fit in the file, as ``torch.save`` writes them: a compressed
+record could inflate a few MB into many GB, and torch's older, non-zip format names each
+storage's size before its bytes, so a short file could ask for any. After it, every tensor must
+be backed by its storage: a view with a stride of 0 (``zeros(1).expand(...)``) claims a
+model's worth of values over one stored float, which the checks after loading would
+materialise.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ import os
 import pickle
 import re
 import warnings
-from typing import Any
+import zipfile
+from typing import IO, Any
 
 import torch
 
@@ -59,8 +68,9 @@ def load_tensor_file(
 
     Raises:
         CheckpointError: the file names a function or class (refused unrun, the global named
-            when torch reports it), or is missing, truncated, or no torch file; or ``path`` is
-            no regular file (a named pipe, a device) or one over ``MAX_TENSOR_FILE_BYTES``.
+            when torch reports it), or is missing, truncated, or no torch zip file, or holds
+            records or tensors that claim more memory than it has bytes; or ``path`` is no
+            regular file (a named pipe, a device) or one over ``MAX_TENSOR_FILE_BYTES``.
     """
     name = name or str(path)
     try:
@@ -69,7 +79,12 @@ def load_tensor_file(
         with opened as handle, warnings.catch_warnings():
             # torch's notes on a file's pickle protocol are not the user's business
             warnings.simplefilter("ignore")
-            return torch.load(handle, map_location=map_location, weights_only=True)
+            _check_records(handle, name)
+            payload = torch.load(handle, map_location=map_location, weights_only=True)
+        _check_backed(payload, name, "payload")
+        return payload
+    except CheckpointError:
+        raise
     except FileRefusedError as err:
         raise CheckpointError(f"checkpoint {name}: {err.value}: {err.problem}") from None
     except pickle.UnpicklingError as err:
@@ -98,6 +113,54 @@ def load_tensor_file(
         raise CheckpointError(
             f"checkpoint {name}: unreadable, truncated or corrupt ({reason})"
         ) from None
+
+
+def _check_records(handle: IO[bytes], name: str) -> None:
+    """Refuse a file that is no zip archive or whose records could inflate past its size."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(0)
+    if handle.read(4) != b"PK\x03\x04":
+        raise CheckpointError(
+            f"checkpoint {name}: is no file of tensors and plain data (not the zip archive "
+            "torch.save writes); refused without running it"
+        )
+    handle.seek(0)
+    try:
+        records = zipfile.ZipFile(handle).infolist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        handle.seek(0)
+        return  # torch reads its own directory and names the fault (truncated, say)
+    listed = 0
+    for record in records:
+        listed += record.file_size
+        stored = record.compress_type == zipfile.ZIP_STORED
+        if not stored or record.file_size != record.compress_size or listed > size:
+            raise CheckpointError(
+                f"checkpoint {name}: its record {record.filename!r} ("
+                f"{'stored' if stored else 'compressed'}, {record.compress_size} bytes in the "
+                f"file, {record.file_size} read) could take more memory than the file's "
+                f"{size} bytes; torch.save stores records uncompressed; refused unread"
+            )
+    handle.seek(0)
+
+
+def _check_backed(value: Any, name: str, where: str) -> None:
+    """Refuse a tensor that claims more values than its storage holds (an expanded view)."""
+    if isinstance(value, torch.Tensor):
+        claimed = value.numel() * value.element_size()
+        held = value.untyped_storage().nbytes()
+        if claimed > held:
+            raise CheckpointError(
+                f"checkpoint {name}: {where} claims {value.numel()} values of shape "
+                f"{tuple(value.shape)} over a storage of {held} bytes (a view that repeats "
+                "them); refused"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_backed(item, name, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_backed(item, name, f"{where}[{index}]")
 
 
 def check_plain(value: Any, where: str = "payload") -> None:

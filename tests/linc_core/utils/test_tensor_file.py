@@ -69,7 +69,8 @@ def test_the_reference_state_dict_loads() -> None:
         ),
         (
             lambda path: path.write_bytes(b"\x00not a torch file" * 10),
-            "is no file of tensors and plain data (pickle opcode 0); refused without running it",
+            "is no file of tensors and plain data (not the zip archive torch.save writes); "
+            "refused without running it",
         ),
         (
             lambda path: path.write_bytes(b"PK\x03\x04 a zip cut short"),
