@@ -29,6 +29,9 @@ from linc_core.problems.spec import ProblemName, problem_spec
 # float32 and normalise by the largest coordinate and the horizon; a finite float64 such as
 # 1e300 becomes inf there, and the features NaN. Benchmark data stays below 1e7.
 MAX_MAGNITUDE = 1e9
+# Smallest capacity or travel-time scale: float32's smallest normal number. The environments
+# divide by the capacity in float32, where 1e-300 is 0 and every demand ratio NaN.
+MIN_POSITIVE = float(np.finfo(np.float32).tiny)
 
 # Relative slack used by the "servable alone" check, for float noise only (same rule as the
 # verifier documents; kept separate so the two modules share no code).
@@ -224,12 +227,16 @@ def _coordinate_checks(instance: Instance, rows: slice) -> list[_Check]:
 
 
 def _positive_scalar(field: str, values: np.ndarray, shown: Callable) -> _Check:
-    """The check of a per-row ``[B]`` scalar that must be finite, positive and at most
-    :data:`MAX_MAGNITUDE` (capacity, travel-time scale)."""
+    """The check of a per-row ``[B]`` scalar that must be finite, at least
+    :data:`MIN_POSITIVE` and at most :data:`MAX_MAGNITUDE` (capacity, travel-time scale)."""
     with np.errstate(invalid="ignore"):
-        bad = ~(np.isfinite(values) & (values > 0) & (values <= MAX_MAGNITUDE))
+        bad = ~(np.isfinite(values) & (values >= MIN_POSITIVE) & (values <= MAX_MAGNITUDE))
     return _Check(
-        field, bad, lambda r, _: shown(values[r]), f"must be positive and at most {MAX_MAGNITUDE:g}"
+        field,
+        bad,
+        lambda r, _: shown(values[r]),
+        f"must be positive (at least {MIN_POSITIVE:.4g}, float32's smallest normal number: the "
+        f"models compute in float32) and at most {MAX_MAGNITUDE:g}",
     )
 
 

@@ -80,7 +80,8 @@ class CVRPEnv:
         self.demand_fraction[:, 0] = 0.0
         self.servable_from_depot = self.demand_fraction <= 1.0 + CAPACITY_EPS  # [B, N]
         self.servable_from_depot[:, 0] = False
-        self.feature_distance_scale = self.distance.flatten(1).amax(1)  # [B]
+        # floored as TSP's is: an instance whose nodes all coincide has no distance to scale by
+        self.feature_distance_scale = self.distance.flatten(1).amax(1).clamp_min(1e-12)  # [B]
         self.node_angle = depot_angles(instance.locs, instance.locs[:, 0])
         self.node_angle[:, 0] = 0.0
 

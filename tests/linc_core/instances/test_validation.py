@@ -103,6 +103,14 @@ def test_an_array_row_is_read_like_a_file() -> None:
         ({"capacity": 0.0}, "capacity", 0, "must be positive"),
         ({"capacity": INF}, "capacity", INF, "must be positive"),
         ({"capacity": 1e300}, "capacity", 1e300, "at most 1e+09"),
+        # float32, where the environments divide by it, makes 1e-300 a 0 and the ratios NaN
+        (
+            {"capacity": 1e-300, "demand": [0.0, 1e-301, 1e-301]},
+            "capacity",
+            1e-300,
+            "at least 1.175e-38, float32's smallest normal number",
+        ),
+        ({"travel_time_scale": 1e-300}, "travel_time_scale", 1e-300, "at least 1.175e-38"),
         ({"demand": [0.0, -4.0, 3.0]}, "demand[1]", -4, "negative"),
         ({"demand": [0.0, 2.0, NAN]}, "demand[2]", None, "non-finite"),
         ({"demand": [0.0, 11.0, 3.0]}, "demand[1]", 11, "exceeds the vehicle capacity"),

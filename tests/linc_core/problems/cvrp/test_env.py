@@ -1,4 +1,5 @@
-"""CVRP environment: golden replay against the reference and hand-computed costs."""
+"""CVRP environment: golden replay against the reference, hand-computed costs, degenerate
+instances."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import math
 import pytest
 import torch
 
+from linc_core.decoding import DecodeConfig, decode
 from linc_core.instances import Instance
 from linc_core.problems import CVRPEnv
+from linc_core.verify import verify_instance
+from tests.conftest import tiny_policy
 from tests.golden import load_golden
 
 
@@ -55,3 +59,17 @@ def test_capacity_refill_and_hand_cost() -> None:
     s = env.step(s, torch.tensor([[0]]))
     assert bool(s.finished.item())
     assert s.cost.item() == pytest.approx(1 + 1 + math.sqrt(2) + 1 + 1)
+
+
+def test_nodes_that_all_coincide_give_finite_features_and_decode() -> None:
+    # Every distance 0: the features' distance scale was 0 and the table 0 / 0 = NaN, so no
+    # rollout could choose and a decode ended in "rollouts did not finish".
+    instance = Instance.from_arrays("cvrp", [(2, 3)] * 4, demand=[0, 1, 1, 1], capacity=2.0)
+    env = CVRPEnv(instance, num_rollouts=2)
+    table = env.consequences(env.reset())
+    assert bool(torch.isfinite(table).all())
+    assert table[..., 0].abs().max().item() == 0.0  # travel: no distance anywhere
+    policy = tiny_policy("full_linc", "cvrp")
+    result = decode(policy, instance, DecodeConfig(method="sampling", num_z=4, augment=1))
+    assert result.cost.tolist() == [0.0]
+    assert verify_instance(instance, 0, result.routes[0]).feasible
