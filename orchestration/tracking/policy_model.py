@@ -76,8 +76,7 @@ class ServingLimits:
         values: dict[str, Any] = {}
         for field in fields(cls):
             name = f"LINC_SERVE_{field.name.upper()}"
-            text = environ.get(name)
-            if text is None:
+            if (text := environ.get(name)) is None:
                 continue
             kind = {"deadline_seconds": float, "compile": bool}.get(field.name, int)
             try:
@@ -348,12 +347,13 @@ def _present(value: Any) -> bool:
 
 
 def _one_line(err: Exception) -> ServedError:
-    """MLflow's own error (a parse or signature failure, its message with the input echoed
-    and maybe a traceback beside it) as one line, its HTTP status kept."""
+    """An error of MLflow's (input echoed, maybe a traceback) or of JSON's, as one line."""
     if isinstance(err, ServedError):
         return err
     if isinstance(err, RecursionError):  # the JSON decoder's, on deeply nested arrays
         return RequestRefused("the request's JSON is nested too deeply")
+    if isinstance(err, ValueError) and "integer string conversion" in str(err):  # JSON's too
+        return RequestRefused("the request's JSON has an integer of more than 4300 digits")
     if not isinstance(err, MlflowException):
         return ServedError(f"internal error ({type(err).__name__}) in the server", INTERNAL_ERROR)
     text = err.message

@@ -190,6 +190,14 @@ HOSTILE = {
         lambda: b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         "nested too deeply",
     ),  # fmt: skip
+    "an integer of 100,001 digits": (
+        lambda: b'{"inputs": {"instance": [1' + b"0" * 100_000 + b"]}}",
+        "an integer of more than 4300 digits",
+    ),  # fmt: skip
+    "capacity 1e-300": (
+        lambda: row(3, capacity=1e-300, demand=[0.0, *[1e-301] * 3]),
+        "float32's smallest normal number",
+    ),  # fmt: skip
     "capacity -10": (lambda: row(10, capacity=-10.0), "'capacity' = -10"),
     "capacity 0": (lambda: row(10, capacity=0.0), "'capacity' = 0"),
     "negative demand": (lambda: row(10, demand=[0.0, 2.0, -4.0, *[1.0] * 8]), "'demand[2]' = -4"),
