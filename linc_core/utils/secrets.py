@@ -10,16 +10,18 @@ What is masked, as ``***``:
   line (see :func:`_uri_passwords`);
 * the value of a credential parameter, in a query string or as ``key=value`` text
   (``?access_key=***&region=eu``, ``password=***`` of a libpq connection string), of a quoted
-  ``'password': '***'`` pair, and of an ``Authorization`` scheme (``Authorization: Bearer ***``);
+  ``'password': '***'`` pair, of an ``Authorization`` scheme (``Authorization: Bearer ***``)
+  and of a header named like a credential (``X-Api-Key: ***``);
 * in a mapping, the value of every key whose name looks like a credential (everything nested
   under it too);
 * any secret this process has learnt, wherever it appears in text: the passwords and
   credential values :func:`redact` met before (so that a library echoing a connection string
   in its own words is masked too), and the values of credential environment variables
   (``AWS_SECRET_ACCESS_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ``PGPASSWORD``, and any whose name
-  ends in ``_KEY``, ``_TOKEN``, ``_SECRET``, ``_PASSWORD`` or ``_PASSPHRASE``, such as
-  ``LINC_STATE_KEY``), learnt afresh by every call in every process, and the URI passwords in
-  the environment (``MLFLOW_TRACKING_URI``). A learnt secret shorter than
+  ends in ``_KEY``, ``_TOKEN``, ``_SECRET``, ``_PASSWORD``, ``_PASSPHRASE``, ``_PASS`` or
+  ``_AUTH``, such as ``LINC_STATE_KEY`` or ``REDIS_AUTH``), learnt afresh by every call in
+  every process, and the URI passwords in the environment (``MLFLOW_TRACKING_URI``); each also
+  as JSON writes it (``\\u00e4`` for an 'ä'). A learnt secret shorter than
   :data:`MIN_SECRET_LENGTH` characters is not searched for in free text (it would mask unrelated
   words); one shorter than :data:`ANYWHERE_LENGTH` only as a whole word.
 
@@ -30,6 +32,7 @@ redact(x)``, so a recorded (masked) value compares equal to the masked configure
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -43,14 +46,16 @@ from urllib.parse import quote, unquote
 MASK = "***"
 # Names of settings, query parameters and environment variables that hold a secret.
 CREDENTIAL_PATTERN = re.compile(
-    r"secret|passw(?:or)?d|passphrase|token|key_id|access_?key|credential|api_?key"
-    r"|private_?key|signature|(?<![a-z0-9])(?:sig|pwd)(?![a-z0-9])",
+    r"secret|passw(?:or)?d|passphrase|token|key_id|access[_-]?key|credential|api[_-]?key"
+    r"|private[_-]?key|signature|(?<![a-z0-9])(?:sig|pwd)(?![a-z0-9])",
     re.IGNORECASE,
 )
 # An environment variable named so holds a secret even where CREDENTIAL_PATTERN misses the name
 # (LINC_STATE_KEY, SOME_SERVICE_KEY); only the environment's names: in a setting, ``sort_key`` or
 # ``metric_key`` names no secret. An id (AWS_ACCESS_KEY_ID) does not end so.
-SECRET_VARIABLE_END = re.compile(r"_(?:KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE)$", re.IGNORECASE)
+SECRET_VARIABLE_END = re.compile(
+    r"_(?:KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|PASS|AUTH)$", re.IGNORECASE
+)
 MIN_SECRET_LENGTH = 8
 ANYWHERE_LENGTH = 12
 
@@ -77,6 +82,10 @@ _PAIR = re.compile(
 # 'name': 'VALUE' (a mapping printed as text: repr or JSON)
 _QUOTED_PAIR = re.compile(
     r"(?P<head>(?P<q>['\"])(?P<name>[^'\"\s]+)(?P=q)\s*:\s*)(?P<secret>'[^']*'|\"[^\"]*\")"
+)
+# Name: VALUE of an HTTP header whose name reads as a credential (X-Api-Key, Private-Token)
+_HEADER = re.compile(
+    r"(?P<head>(?<![\w.\-])(?P<name>[A-Za-z][\w\-]*-[\w\-]+):[ \t]*)(?P<secret>[^\s'\",;]+)"
 )
 _AUTH_SCHEME = re.compile(
     r"(?P<head>\bAuthorization['\"]?\s*[:=]\s*['\"]?(?:Bearer|Basic|Token)\s+)"
@@ -150,6 +159,7 @@ def _learn(secret: str) -> None:
         return
     plain = re.sub(r"\\(.)", r"\1", secret)  # as written in a repr or JSON: its quotes escaped
     forms = {secret, plain, plain.replace("'", "\\'"), plain.replace('"', '\\"')}
+    forms |= {json.dumps(plain)[1:-1], json.dumps(plain, ensure_ascii=False)[1:-1]}
     forms |= {unquote(secret), quote(secret, safe=""), quote(unquote(secret), safe="")}
     if _HEX.fullmatch(secret):  # a key as hex reads the same in either case
         forms |= {secret.lower(), secret.upper()}
@@ -225,6 +235,8 @@ def _redact_text(text: str) -> str:
         text = _QUOTED_PAIR.sub(_mask_named, text)
     if "uthorization" in text:
         text = _AUTH_SCHEME.sub(_mask_group, text)
+    if "-" in text and ":" in text:
+        text = _HEADER.sub(_mask_named, text)
     pattern = _literal_pattern()
     return text if pattern is None else pattern.sub(MASK, text)
 

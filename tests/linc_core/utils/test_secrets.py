@@ -69,6 +69,12 @@ def _forget(monkeypatch):
         ("{'password': 'zzzz', 'x': 1}", "{'password': '***', 'x': 1}"),
         ('{"api_key": "k-123", "n": 2}', '{"api_key": "***", "n": 2}'),
         ("Authorization: Bearer eyJhbGciOi.x-y", "Authorization: Bearer ***"),
+        ("X-Api-Key: k-0123456789abc", "X-Api-Key: ***"),
+        ("curl -H 'Private-Token: glpat-xyz' u", "curl -H 'Private-Token: ***' u"),
+        (
+            "X-Request-Id: 42 and linc-ablation: 12 trials",
+            "X-Request-Id: 42 and linc-ablation: 12 trials",
+        ),
         # prose about credentials is not a credential
         ("tracking.password: expected a name, got 3", "tracking.password: expected a name, got 3"),
         ("Basic authentication failed", "Basic authentication failed"),
@@ -105,6 +111,14 @@ def test_credential_environment_variables_and_uri_passwords_are_learnt(monkeypat
     assert redact(text) == "signature for *** failed; *** refused"
 
 
+def test_a_learnt_secret_is_masked_as_json_writes_it_too(monkeypatch) -> None:
+    monkeypatch.setenv("DB_PASS", "pässwörd#12345")
+    written = json.dumps({"error": "login with pässwörd#12345 refused"})
+    assert "p\\u00e4ssw\\u00f6rd#12345" in written  # how JSON writes it
+    assert redact(written) == '{"error": "login with *** refused"}'
+    assert redact(json.dumps("pässwörd#12345", ensure_ascii=False)) == '"***"'
+
+
 STATE_KEY = "9f2c41d07be35a68c1e0f4d2a7b6935e"  # a LINC_STATE_KEY of this test
 
 
@@ -138,6 +152,9 @@ def test_the_state_key_of_the_environment_is_masked_in_a_fresh_process(monkeypat
         ("MLFLOW_FLASK_SERVER_SECRET", True),
         ("MLFLOW_AUTH_ADMIN_PASSWORD", True),
         ("GPG_PASSPHRASE", True),
+        ("DB_PASS", True),
+        ("REDIS_AUTH", True),
+        ("BYPASS", False),
         ("linc_state_key", True),
         ("AWS_SECRET_ACCESS_KEY", True),
         ("AWS_ACCESS_KEY_ID", True),  # as before: CREDENTIAL_PATTERN names it (key_id)
