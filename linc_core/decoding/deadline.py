@@ -19,6 +19,9 @@ class DeadlineExceeded(TimeoutError):
         self.seconds_over = seconds_over
         super().__init__(f"decoding stopped at its deadline ({seconds_over:.2f} s over)")
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.seconds_over,)  # pickled whole (a worker's error to a driver)
+
 
 def check_deadline(deadline: float | None) -> None:
     """Raise :class:`DeadlineExceeded` when ``time.monotonic()`` is past ``deadline``."""

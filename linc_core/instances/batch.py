@@ -3,16 +3,14 @@
 One type covers every problem so that every consumer reads the same fields (a problem's spec,
 :mod:`linc_core.problems.spec`, says which it uses and may add its own, ``extras``):
 
-- ``tsp``: ``locs`` are the cities; there is no depot. Demand is zero, capacity infinite,
-  windows ``[0, inf]``.
+- ``tsp``: ``locs`` are the cities, no depot; demand 0, capacity infinite, windows ``[0, inf]``.
 - ``cvrp``: node 0 is the depot (demand 0). Windows ``[0, inf]``, no service time.
 - ``cvrptw``: node 0 is the depot with window ``[0, horizon]``; customers carry
   ``[ready, due]`` windows and service times. Travel time = distance x ``travel_time_scale``.
 
-All quantities are in the instance's own units (raw coordinates, raw demands); normalisation
-for the model happens in the model's feature code, never here. Operations on whole instances
-(``truncate_customers``) live here too; the data checks are in
-:mod:`linc_core.instances.validation`.
+All quantities are in the instance's own units (raw coordinates, raw demands): the model's
+feature code normalises them. Whole-instance operations (``truncate_customers``) live here too,
+the data checks in :mod:`linc_core.instances.validation`.
 """
 
 from __future__ import annotations
@@ -38,6 +36,9 @@ class InstanceError(ValueError):
         self.value = value
         self.problem = problem
         super().__init__(f"{source}: field '{field}' = {value!r}: {problem}")
+
+    def __reduce__(self) -> tuple:  # pickled with its fields, as Ray sends a trial's error
+        return type(self), (self.source, self.field, self.value, self.problem)
 
 
 TENSOR_FIELDS = (

@@ -58,6 +58,9 @@ class FileRefusedError(ValueError):
         self.problem = problem
         super().__init__(f"{path}: {value}: {problem}")
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.value, self.problem)  # pickled whole, as Ray does
+
 
 def is_plain_name(name: object) -> bool:
     """Whether ``name`` may become one path component (:data:`PLAIN_NAME_PATTERN`)."""

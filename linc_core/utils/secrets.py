@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -42,6 +41,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
+
+from linc_core.utils.environment import environment_snapshot
 
 MASK = "***"
 # Names of settings, query parameters and environment variables that hold a secret.
@@ -243,7 +244,7 @@ def _redact_text(text: str) -> str:
 
 def _learn_environment() -> None:
     """The secrets of the environment: credential variables' values, URI passwords."""
-    for name, value in list(os.environ.items()):
+    for name, value in environment_snapshot().items():
         if not value:
             continue
         if is_secret_variable(name):

@@ -65,6 +65,7 @@ from linc_core.instances.parquet import (
 )
 from linc_core.train.data import generate
 from linc_core.utils.atomic import is_temporary, write_atomic
+from linc_core.utils.environment import environment_snapshot
 from linc_core.utils.files import over_cap, size_in_words
 from linc_core.utils.progress import Progress
 from orchestration.data.definition import DatagenConfig, ShardSpec
@@ -353,7 +354,7 @@ def _run_pool(
     env = {}
     local = os.environ.get("RAY_ADDRESS") in (None, "", "local")
     if is_s3(config.uri) and (config.forward_aws_env or local):
-        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+        env = {k: v for k, v in environment_snapshot().items() if k.startswith("AWS_")}
     workers = [
         ShardWorker.options(**options).remote(config.uri, config.storage_attempts, env)
         for _ in range(min(config.workers, len(specs)))

@@ -36,6 +36,9 @@ class StoppedByTune(Exception):
         super().__init__(f"stopped by Tune after epoch {epoch}")
         self.epoch = epoch
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.epoch,)  # pickled whole, as Ray sends it to the driver
+
 
 class StorageFull(OSError):
     """The trial's storage has no space left for its checkpoint: the message names the folder."""
