@@ -30,8 +30,10 @@ def detect_format(path: Path) -> str:
     ``"tsplib"`` (``.tsp``), ``"cvrplib"`` (``.vrp``) or a registered problem's.
 
     Raises:
-        ValueError: No known format has the extension.
+        ValueError: ``path`` is a folder, or no known format has its extension.
     """
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, not an instance file (a folder of instances is a set)")
     known = file_formats()
     file_format = {f.suffix: name for name, f in known.items()}.get(path.suffix.lower())
     if file_format is None:

@@ -229,6 +229,13 @@ def read_solution(path: str | os.PathLike[str]) -> list[list[int]]:
     """
     source = str(path)
     text = read_text(path, source)
+    for number, line in enumerate(text.splitlines(), 1):  # a bad route's line and token named
+        head, colon, customers = line.partition(":")
+        if colon and head.strip().lower().startswith("route"):
+            for token in customers.split():
+                if not token.isdigit():
+                    where = f"line {number} ({head.strip()})"
+                    raise InstanceError(source, where, token, "not a customer number")
     try:
         # the text read once and checked, not the path again (vrplib would open it itself)
         solution = vrplib.parse.parse_solution(text)

@@ -148,10 +148,14 @@ def with_retries(
         except OSError as err:
             if attempt == attempts:
                 raise StorageUnavailableError(
-                    redact(f"could not {what} after {attempts} attempts: {err}")
+                    redact(f"could not {what} after {_attempts(attempts)}: {err}")
                 ) from err
             time.sleep(backoff_s * 2 ** (attempt - 1))
     raise AssertionError("unreachable")
+
+
+def _attempts(count: int) -> str:
+    return "1 attempt" if count == 1 else f"{count} attempts"
 
 
 def open_training_data(

@@ -7,7 +7,12 @@ import time
 import pytest
 
 from linc_core.instances import InstanceError
-from linc_core.instances.any_file import format_of_text, name_in_text, read_instance_text
+from linc_core.instances.any_file import (
+    format_of_text,
+    name_in_text,
+    read_instance,
+    read_instance_text,
+)
 
 TSPLIB = (
     "NAME : tri3\nTYPE : TSP\nDIMENSION : 3\nEDGE_WEIGHT_TYPE : EUC_2D\n"
@@ -88,3 +93,13 @@ def test_lines_are_read_one_at_a_time():
     assert format_of_text("\n \n TYPE : TSP \r\n") == "tsplib"
     assert format_of_text("x\n\n VEHICLE \r\nCUSTOMER\n") == "solomon"
     assert name_in_text("\n\n\n  C101 \nVEHICLE\n") == "C101"
+
+
+def test_a_folder_is_named_as_one_not_by_its_missing_extension(data_dir):
+    folder = data_dir / "solomon100"
+    with pytest.raises(ValueError) as err:
+        read_instance(folder)
+    assert (
+        str(err.value)
+        == f"{folder}: a folder, not an instance file (a folder of instances is a set)"
+    )

@@ -156,6 +156,14 @@ def test_solution_without_routes(tmp_path: Path) -> None:
         read_solution(path)
 
 
+@pytest.mark.parametrize("token", ["x", "-3", "2.5", "1e3"])
+def test_a_route_s_bad_customer_is_named_by_its_line_and_token(tmp_path: Path, token) -> None:
+    path = write_file(tmp_path, "bad.sol", f"Route #1: 1 2 3\nRoute #4: 5 {token}\nCost 9\n")
+    with pytest.raises(InstanceError) as err:
+        read_solution(path)
+    assert str(err.value) == f"{path}: field 'line 2 (Route #4)' = {token!r}: not a customer number"
+
+
 # Spellings Python's float() reads as non-finite, and numbers beyond float64 (read as inf).
 NON_FINITE_TOKENS = ["inf", "-inf", "+INF", "Infinity", "nan", "-NaN", "1e400", "-1E+999"]
 
