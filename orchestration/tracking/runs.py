@@ -53,7 +53,7 @@ from linc_core.utils.secrets import redact
 from orchestration.failures import SweepRefused, one_line
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_run
-from orchestration.tracking.store import TRIAL_TAG
+from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
 
@@ -203,15 +203,18 @@ class SweepRuns:
     def _replay_journal(self, result: Any, timeout_s: float) -> None:
         """Deliver what a finished trial's final checkpoint says its run never received."""
         checkpoint = getattr(result, "checkpoint", None)
-        if checkpoint is None:
+        trial_id = (result.metrics or {}).get("trial_id")
+        if checkpoint is None or not isinstance(trial_id, str):
             return
         try:  # the journal alone first: most trials delivered everything themselves
             with checkpoint.filesystem.open_input_stream(f"{checkpoint.path}/{JOURNAL_FILE}") as f:
                 if not json.loads(f.read()).get("pending"):
                     return
             with checkpoint.as_directory() as folder:  # with the artifact files it names
+                # the trial's own run, found by the key the trial gave it: not the journal's id
+                key = {TRIAL_TAG: trial_id, PARENT_RUN_TAG: self.parent.run_id}
                 writer = self.tracking.writer()
-                writer.restore(folder)
+                writer.start(self.tracking.experiment, trial_id, {}, key, journal=folder)
         except (OSError, ValueError) as err:
             if not isinstance(err, FileNotFoundError):
                 logger.warning(

@@ -42,6 +42,7 @@ from typing import Any
 
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact
+from orchestration.tracking.journal import JOURNAL_ARTIFACTS, JOURNAL_FILE, read_journal
 from orchestration.tracking.records import (
     Outage,
     find_or_create_run,
@@ -54,8 +55,6 @@ from orchestration.tracking.records import (
 
 logger = logging.getLogger(__name__)
 
-JOURNAL_FILE = "tracking_journal.json"
-JOURNAL_ARTIFACTS = "tracking_artifacts"
 # A request to the store fails fast; the writer's own loop does the retrying (MLflow's default is
 # 7 retries with backoff, about 4 minutes, during which the calling thread is frozen).
 REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
@@ -122,7 +121,7 @@ class RunWriter:
             "tags": redact(dict(tags) | dict(key)),
             "key": dict(key),
         }
-        saved = self._load(journal) if journal is not None else None
+        saved = read_journal(journal, self._spool) if journal is not None else None
         with self._lock:
             self._create = create
             if saved is not None:
@@ -254,49 +253,28 @@ class RunWriter:
         write_atomic(folder / JOURNAL_FILE, json.dumps(state).encode())
 
     def restore(self, folder: str | Path) -> bool:
-        """Queue a saved journal's records ahead of any new ones.
+        """Queue a saved journal's records (checked: :mod:`orchestration.tracking.journal`)
+        ahead of any new ones, for the run this writer :meth:`start`-ed or :meth:`attach`-ed.
 
-        The saved run is kept only when it is this writer's: the same store and, for a writer
-        that :meth:`start`-ed, the same ``key`` (a copied sweep's trials have another parent).
-        Else the records go to this writer's run. A writer with no run of its own takes the
-        journal's description of the run to create. Returns True when the saved run is kept.
+        A journal names a run, but whoever writes the sweep's storage writes the journal: the
+        run is the one this writer finds by its own ``key``, never the journal's id. Returns
+        True when the journal was this run's (the same store and ``key``; a copied sweep's
+        trials have another parent, and their records go to this writer's run all the same).
         """
-        saved = self._load(folder)
+        saved = read_journal(folder, self._spool)
         with self._lock:
             kept = saved is not None and self._take_back(saved)
             self._lock.notify_all()
         return kept
 
-    def _load(self, folder: str | Path) -> dict[str, Any] | None:
-        """A saved journal, its artifact files copied into the spool; None if there is none."""
-        folder = Path(folder)
-        try:
-            state = json.loads((folder / JOURNAL_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-        records = []
-        for record in state.get("pending") or []:
-            if record["op"] == "artifact":
-                source = folder / JOURNAL_ARTIFACTS / record["file"]
-                if not source.exists():
-                    continue
-                shutil.copyfile(source, self._spool / record["file"])
-            records.append(record)
-        return state | {"pending": records}
-
     def _take_back(self, state: dict[str, Any]) -> bool:
         """Apply a loaded journal (the lock is held)."""
         saved = state.get("create") or {}
-        if self._create is None and self.run_id is None:
-            self._create = state.get("create")
-        mine = self._create is None or saved.get("key") == self._create.get("key")
+        mine = self._create is not None and saved.get("key") == self._create.get("key")
         same_store = redact(state.get("tracking_uri") or "") == self.shown_uri  # both masked
-        kept = bool(same_store and mine and state["run_id"])
-        if kept and self.run_id is None:
-            self.run_id = state["run_id"]
         self._pending[:0] = state["pending"]
         self._verify = True
-        return kept
+        return bool(same_store and mine)
 
     # -- the delivery thread ---------------------------------------------------------------
     def _append(self, record: dict[str, Any]) -> None:

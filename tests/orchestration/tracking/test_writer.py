@@ -136,8 +136,8 @@ def test_a_password_in_the_store_uri_reaches_no_record_journal_or_warning(server
     again = RunWriter(uri).start(
         "writer", "secret", {}, KEY | {"t": "secret"}, journal=tmp_path / "checkpoint"
     )
-    assert again.run_id == writer.run_id  # the same store, compared masked
     assert writer.close(60) and again.close(60)
+    assert again.run_id == writer.run_id  # found by its key in the same store, compared masked
     run = MlflowClient(tracking_uri=uri).get_run(writer.run_id)
     assert run.data.params["storage"] == "postgresql://u:***@db/x"
     assert run.data.tags["dsn"] == "postgresql://u:***@db/x"
