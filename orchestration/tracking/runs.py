@@ -106,7 +106,7 @@ class SweepRuns:
         """
         name = sweep["name"]
         try:
-            found = _recorded_run(tracking, recorded, folder) if recorded else None
+            found = _recorded_run(tracking, recorded, folder, name) if recorded else None
             if recorded and found is None:
                 logger.warning(
                     "sweep %s was recorded for store %s at %s; this run uses store %s at %s: "
@@ -346,8 +346,11 @@ class SweepRuns:
         return model
 
 
-def _recorded_run(tracking: TrackingTarget, recorded: dict[str, Any], folder: str) -> str | None:
-    """The recorded parent run's id, when it is this sweep's here (see the module docstring)."""
+def _recorded_run(
+    tracking: TrackingTarget, recorded: dict[str, Any], folder: str, name: str
+) -> str | None:
+    """The recorded parent run's id, when it is sweep ``name``'s here (see the module
+    docstring): in this experiment, tagged as this sweep's parent run."""
     from mlflow.exceptions import MlflowException
 
     uri = recorded.get("tracking_uri")
@@ -355,11 +358,21 @@ def _recorded_run(tracking: TrackingTarget, recorded: dict[str, Any], folder: st
     same = shown in (None, tracking.shown_uri) and recorded.get("experiment_path") in (None, folder)
     if not same and shown == tracking.shown_uri:
         return None  # a copy of the folder, pointed at the original's store
-    tracking.experiment_id()  # first: a moved store's experiment is re-pointed to its folder
+    experiment_id = tracking.experiment_id()  # first: a moved store's is re-pointed here
     try:
-        return tracking.client().get_run(str(recorded["parent_run_id"])).info.run_id
+        run = tracking.client().get_run(str(recorded["parent_run_id"]))
     except (MlflowException, KeyError):
         return None
+    tags = run.data.tags
+    if (run.info.experiment_id, tags.get("kind"), tags.get("sweep")) != (
+        experiment_id,
+        "sweep",
+        name,
+    ):
+        # the record is the folder's, and anyone who writes the folder writes it
+        logger.warning("the recorded parent run %s is not sweep %s's run", run.info.run_id, name)
+        return None
+    return run.info.run_id
 
 
 def checkpoint_uri(result: Any) -> str | None:

@@ -78,3 +78,25 @@ def test_settling_gives_each_trial_run_its_results_status(tmp_path: Path) -> Non
     assert parent.data.metrics["trials"] == 3 and parent.data.metrics["trials_failed"] == 1
     assert parent.data.metrics["best_eval_cost"] == 5.0 and parent.data.metrics["x"] == 1.0
     assert {a.path for a in client.list_artifacts(parent_id)} == {"table.md"}
+
+
+def test_a_recorded_parent_run_is_reopened_only_when_it_is_this_sweep_s(tmp_path: Path) -> None:
+    # linc_sweep.json is the folder's, and whoever writes the folder writes it: a record naming
+    # a colleague's run (another experiment) or another sweep's parent gets a new parent run
+    target = TrackingTarget(f"sqlite:///{tmp_path / 'mlflow.db'}", "runs-test")
+    folder = str(tmp_path / "s")
+    sweep = {"name": "s", "kind": "ablation"}
+    first = SweepRuns.open(target, sweep, {}, folder, None)
+    assert SweepRuns.open(target, sweep, {}, folder, first.record).parent.run_id == (
+        first.parent.run_id
+    )  # its own: re-opened
+    client = MlflowClient(tracking_uri=target.uri)
+    colleague = client.create_run(client.create_experiment("colleague")).info.run_id
+    other = SweepRuns.open(target, {"name": "t", "kind": "ablation"}, {}, folder, None)
+    for forged in (colleague, other.parent.run_id):
+        record = first.record | {"parent_run_id": forged}
+        reopened = SweepRuns.open(target, sweep, {}, folder, record)
+        assert reopened.parent.run_id not in (forged, first.parent.run_id)
+        reopened.settle([], status="FINISHED", timeout_s=30)
+    assert client.get_run(colleague).info.status == "RUNNING"  # untouched
+    assert client.get_run(colleague).data.metrics == {}
