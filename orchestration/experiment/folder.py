@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -293,8 +294,11 @@ class SweepLease:
             logger.warning("could not release the lease %s: %s", self.folder.uri(LEASE_FILE), err)
 
     def refusal(self, held: dict[str, Any]) -> str:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(held.get("since", 0))))
-        left = self.ttl_s - (time.time() - float(held.get("renewed", time.time())))
+        started, renewed = held.get("since"), held.get("renewed")
+        started = started if _lease_time(started) else 0.0
+        renewed = renewed if _lease_time(renewed) else time.time()
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        left = min(self.ttl_s - (time.time() - renewed), self.ttl_s)
         return (
             f"{self.sweep}: another driver is running this sweep ({_holder(held)}, since "
             f"{since}; lease {self.folder.uri(LEASE_FILE)}); wait for it or stop it (a driver "
@@ -315,8 +319,18 @@ class SweepLease:
 
 
 def _alive(held: dict[str, Any], ttl_s: float) -> bool:
-    """Whether the holder of ``held`` may still be running its sweep."""
-    if time.time() - float(held.get("renewed", 0)) > ttl_s:
+    """Whether the holder of ``held`` may still be running its sweep. A record no driver
+    writes (its times no numbers, not finite, or renewed further ahead than a lease lasts: the
+    folder's writers write it too) holds nothing, and is taken over with a warning."""
+    renewed = held.get("renewed")
+    if (
+        not _lease_time(held.get("since"))
+        or not _lease_time(renewed)
+        or (renewed > time.time() + ttl_s)
+    ):
+        logger.warning("the lease record %s is no driver's: taken over", _values(held))
+        return False
+    if time.time() - renewed > ttl_s:
         return False
     if held.get("host") == socket.gethostname():
         try:
@@ -326,6 +340,14 @@ def _alive(held: dict[str, Any], ttl_s: float) -> bool:
         except (PermissionError, ValueError):
             return True
     return True
+
+
+def _lease_time(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _values(held: dict[str, Any]) -> str:
+    return repr({k: held.get(k) for k in ("host", "pid", "since", "renewed")})[:200]
 
 
 def _holder(held: dict[str, Any]) -> str:

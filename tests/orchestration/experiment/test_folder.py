@@ -4,6 +4,7 @@ one driver per sweep, the lease, on a folder and on a real S3 server (moto, 127.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -65,6 +66,24 @@ def test_a_dead_holder_on_this_host_and_an_expired_one_are_taken_over(tmp_path: 
     with pytest.raises(SweepRefused, match="elsewhere pid"):
         take(tmp_path, "s", ttl_s=60)
     take(tmp_path, "s", ttl_s=5).release()  # older than its ttl
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"renewed": 1e300}, {"renewed": float("nan")}, {"renewed": "soon"}, {"since": "1e999"}],
+    ids=["far-future", "nan", "text", "since-text"],
+)
+def test_a_lease_record_no_driver_writes_is_taken_over(tmp_path: Path, caplog, forged) -> None:
+    # the folder's writers write its lease too: "renewed": 1e300 refused the sweep for good,
+    # "soon" ended the command in a ValueError traceback
+    held = take(tmp_path, "s")
+    held._stop.set()
+    (tmp_path / LEASE_FILE).write_text(json.dumps(record(tmp_path) | {"host": "node-9"} | forged))
+    caplog.set_level(logging.WARNING, logger="orchestration.experiment.folder")
+    taken = take(tmp_path, "s", ttl_s=60)
+    assert record(tmp_path)["token"] == taken.token
+    taken.release()
+    assert any("is no driver's: taken over" in r.getMessage() for r in caplog.records)
 
 
 def test_of_two_drivers_writing_at_once_only_the_last_one_holds(tmp_path: Path, monkeypatch):
