@@ -146,9 +146,9 @@ def with_retries(
         except FileNotFoundError:
             raise  # an answer, not an outage
         except OSError as err:
-            if attempt == attempts:
+            if attempt == attempts or err.errno == errno.ELOOP:  # a link refused: an answer too
                 raise StorageUnavailableError(
-                    redact(f"could not {what} after {_attempts(attempts)}: {err}")
+                    redact(f"could not {what} after {_attempts(attempt)}: {err}")
                 ) from err
             time.sleep(backoff_s * 2 ** (attempt - 1))
     raise AssertionError("unreachable")

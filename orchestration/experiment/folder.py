@@ -24,6 +24,7 @@ when it ran on this host and its process is gone.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -67,6 +68,7 @@ class SweepFolder:
 
     filesystem: pafs.FileSystem
     path: str
+    within: str | None = None  # a child's: the folder it lies in (its links checked from there)
 
     @classmethod
     def on_storage(cls, storage: str, name: str) -> SweepFolder:
@@ -107,7 +109,8 @@ class SweepFolder:
         return None if self.filesystem.type_name == "local" else self.filesystem
 
     def child(self, name: str) -> SweepFolder:
-        return SweepFolder(self.filesystem, f"{self.path.rstrip('/')}/{name}")
+        path = f"{self.path.rstrip('/')}/{name}"
+        return SweepFolder(self.filesystem, path, self.within or self.path.rstrip("/"))
 
     def sibling(self, name: str) -> SweepFolder:
         """The folder ``name`` beside this one (a search's later stage beside its first)."""
@@ -206,8 +209,23 @@ class SweepFolder:
 
     def _write_one(self, name: str, content: bytes, fsync: bool = False) -> None:
         path = f"{self.path}/{name}"
+        self._refuse_linked_folders(name)
         self.filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
         write_atomic(path, content, filesystem=self.filesystem, fsync=fsync)
+
+    def _refuse_linked_folders(self, name: str) -> None:
+        """On a local disk, refuse (``ELOOP``) a write under a folder of this one that is a
+        link: whoever writes the sweep's folder could point ``.linc-intact`` at another
+        sweep's and have this driver overwrite its seal. (A linked file is replaced whole by
+        the atomic rename, never written through.)"""
+        if not isinstance(self.filesystem, pafs.LocalFileSystem):
+            return
+        root = self.within or self.path.rstrip("/")
+        folder, below = root, f"{self.path.rstrip('/')}/{name}"[len(root) + 1 :]
+        for part in below.split("/")[:-1]:
+            folder = f"{folder}/{part}"
+            if os.path.islink(folder):
+                raise OSError(errno.ELOOP, "a link in the sweep's folder; not followed", folder)
 
     def write_json(self, name: str, values: dict[str, Any], retry: bool = True) -> None:
         self.write(name, json.dumps(values).encode(), retry=retry)

@@ -3,6 +3,7 @@ one driver per sweep, the lease, on a folder and on a real S3 server (moto, 127.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -184,3 +185,24 @@ def test_a_sweep_folder_never_lies_outside_its_storage(tmp_path: Path, name: str
     with pytest.raises(SweepRefused):
         folder.sibling(name)
     assert folder.sibling("s-more1").path == str(storage / "s-more1")
+
+
+def test_a_linked_folder_inside_the_sweep_s_is_not_written_through(tmp_path: Path) -> None:
+    # whoever writes the sweep's folder could link its .linc-intact to another sweep's: this
+    # driver would overwrite that sweep's seal
+    other = tmp_path / "other" / ".linc-intact"
+    other.mkdir(parents=True)
+    (other / "seal.json").write_text("the other sweep's seal")
+    sweep = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "sweep"))
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / ".linc-intact").symlink_to(other)
+    with pytest.raises(OSError, match="a link in the sweep's folder; not followed") as refused:
+        sweep.child(".linc-intact").write("seal.json", b"mine", retry=False)
+    assert refused.value.errno == errno.ELOOP
+    began = time.monotonic()
+    with pytest.raises(StorageUnavailableError, match="after 1 attempt: .*not followed"):
+        sweep.write(".linc-intact/seal.json", b"mine")
+    assert time.monotonic() - began < 1.0  # refused at once: no retry can change a link
+    assert (other / "seal.json").read_text() == "the other sweep's seal"
+    sweep.write("linc_sweep.json", b"{}")  # a plain file beside it is written as before
+    assert (tmp_path / "sweep" / "linc_sweep.json").read_text() == "{}"
