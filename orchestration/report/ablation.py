@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from linc_core.metrics import (
     VALIDATION_COST,
 )
 from linc_core.presets import PRESETS
-from linc_core.utils.files import FileRefusedError, read_regular_file
+from linc_core.utils.files import FileRefusedError, is_plain_name, read_regular_file
 from linc_core.utils.typed import ConfigError
 from orchestration.report.figures import Chart, ablation_chart, pairwise_curves, training_curves
 from orchestration.report.statistics import (
@@ -49,6 +50,8 @@ from orchestration.report.statistics import (
 
 EVALUATION_ROWS = "evaluation_rows.csv"
 EVALUATION_SUMMARY = "evaluation_summary.json"
+
+logger = logging.getLogger(__name__)
 
 
 def artifact_name(name: str, decoding: str, first: bool) -> str:
@@ -100,7 +103,22 @@ def finished_trial_runs(
         query += f" and tags.sweep = '{sweep}'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    return client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
+    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=5000)
+    return [run for run in runs if _plain_tags(run)]
+
+
+def _plain_tags(run: Any) -> bool:
+    """Whether a run's variant, seed and evaluation set are a trial's (a name, a whole number, a
+    set's name or folder): whoever can write the store can tag a run, and a tag holding escape
+    codes or a table row would reach the terminal and every report's Markdown."""
+    tags = run.data.tags
+    plain = is_plain_name(tags.get("variant")) and str(tags.get("seed")).lstrip("-").isdigit()
+    shown_set = str(tags.get("eval_set", ""))
+    if plain and shown_set.isprintable() and "|" not in shown_set:
+        return True
+    shown = {k: tags.get(k) for k in ("variant", "seed", "eval_set")}
+    logger.warning("run %s left out: its tags are no trial's (%s)", run.info.run_id, ascii(shown))
+    return False
 
 
 def run_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from orchestration.report.ablation import (
     MAX_REFERENCE_CURVES_BYTES,
     collect,
     evaluation_costs,
+    finished_trial_runs,
     report_files,
     run_rows,
 )
@@ -302,3 +303,25 @@ def test_reference_curves_that_are_a_fifo_a_device_or_too_big_are_refused_at_onc
         f"--reference-curves {big}: 16 MiB: larger than the 16 MiB this reader accepts",
     ], refusals
     assert all(seconds < 1.0 for seconds, _ in refusals), refusals
+
+
+def test_a_run_whose_tags_are_no_trial_s_stays_out_of_every_report(tmp_path, caplog) -> None:
+    # whoever writes the store can tag a run: escape codes (a window title, a cleared screen)
+    # and a forged table row reached linc-report's console and its Markdown files
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("reports")
+    tags = [
+        {"variant": "full_linc", "seed": "1234", "eval_set": "/data/my sets/solomon"},
+        {"variant": "\x1b]0;owned\x07\x1b[2J", "seed": "1"},
+        {"variant": "full_linc\n| FORGED ROW |", "seed": "1"},
+        {"variant": "full_linc", "seed": "<img src=x onerror=alert(1)>"},
+        {"variant": "full_linc", "seed": "7", "eval_set": "x | FORGED"},
+    ]
+    for values in tags:
+        run = client.create_run(experiment, tags={"sweep": "s"} | values)
+        client.set_terminated(run.info.run_id)
+    caplog.set_level("WARNING", logger="orchestration.report.ablation")
+    runs = finished_trial_runs(client, "reports", sweep="s")
+    assert [r.data.tags["seed"] for r in runs] == ["1234"]  # a folder's name is a set's name
+    left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(left_out) == 4 and not any("\x1b" in line for line in left_out)
