@@ -82,6 +82,7 @@ class RunWriter:
         self.tracking_uri = tracking_uri
         self.shown_uri = redact(tracking_uri)  # in messages and the journal (masked)
         self.run_id: str | None = None
+        self._own_spool = spool is None  # a temporary one: removed when all is delivered
         self._spool = Path(spool or tempfile.mkdtemp(prefix="linc-tracking-"))
         self._spool.mkdir(parents=True, exist_ok=True)
         self._create: dict[str, Any] | None = None
@@ -217,6 +218,8 @@ class RunWriter:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
+        if delivered and self._own_spool:
+            shutil.rmtree(self._spool, ignore_errors=True)
         if not delivered and warn and self._outage.full:
             logger.warning(
                 "tracking store %s is out of space: %d record(s) not delivered; free space "

@@ -171,3 +171,20 @@ def test_an_artifact_delivered_while_a_journal_is_saved_stays_out_of_it(tmp_path
     names = [r.get("name") for r in journal["pending"] if r["op"] == "artifact"]
     assert names == ["kept.txt"]
     writer.close(timeout=0, warn=False)
+
+
+def test_a_writer_s_own_spool_is_removed_once_everything_is_delivered(tmp_path) -> None:
+    # every sweep left a few empty /tmp/linc-tracking-* folders behind: 457 on one machine
+    (tmp_path / "report.txt").write_text("rows")
+    writer = RunWriter(sqlite(tmp_path)).start("writer", "spool", {}, KEY)
+    writer.log_artifact(tmp_path / "report.txt")
+    spool = writer._spool
+    assert spool.is_dir() and spool.name.startswith("linc-tracking-")
+    assert writer.close(60)
+    assert not spool.exists()
+    given = tmp_path / "given-spool"
+    kept = RunWriter(sqlite(tmp_path), spool=given).start("writer", "spool", {}, KEY)
+    assert kept.close(60) and given.is_dir()  # a caller's own folder is the caller's
+    gone = RunWriter(f"http://127.0.0.1:{free_port()}").start("writer", "spool", {}, KEY)
+    gone.log_artifact(tmp_path / "report.txt")
+    assert not gone.close(0) and any(gone._spool.iterdir())  # undelivered: kept
