@@ -60,6 +60,20 @@ def read_journal(folder: str | os.PathLike[str], spool: Path) -> dict[str, Any] 
     return state | {"pending": records}
 
 
+def run_description(state: Any, default_name: str) -> tuple[str, dict[str, str]]:
+    """(run name, tags) a journal describes its run by (its ``create``), when they are texts;
+    else ``default_name`` and none. For a run the trial never made: the writer's own key
+    still decides which run it is, and its tags override these."""
+    create = state.get("create") if isinstance(state, dict) else None
+    create = create if isinstance(create, dict) else {}
+    name, tags = create.get("run_name"), create.get("tags")
+    if not isinstance(tags, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+    ):
+        tags = {}
+    return (name if isinstance(name, str) and name else default_name), tags
+
+
 def record_problem(record: Any) -> str | None:
     """Why ``record`` is not one a run writer makes (None: it is)."""
     if not isinstance(record, dict):
@@ -141,4 +155,4 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["JOURNAL_ARTIFACTS", "JOURNAL_FILE", "read_journal", "record_problem"]
+__all__ = ["JOURNAL_ARTIFACTS", "JOURNAL_FILE", "read_journal", "record_problem", "run_description"]

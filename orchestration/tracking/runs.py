@@ -51,6 +51,7 @@ from linc_core.metrics import (
 from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
 from linc_core.utils.secrets import redact
 from orchestration.failures import SweepRefused, one_line
+from orchestration.tracking.journal import run_description
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_run
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
@@ -208,13 +209,16 @@ class SweepRuns:
             return
         try:  # the journal alone first: most trials delivered everything themselves
             with checkpoint.filesystem.open_input_stream(f"{checkpoint.path}/{JOURNAL_FILE}") as f:
-                if not json.loads(f.read()).get("pending"):
+                journal = json.loads(f.read())
+                if not journal.get("pending"):
                     return
             with checkpoint.as_directory() as folder:  # with the artifact files it names
-                # the trial's own run, found by the key the trial gave it: not the journal's id
+                # the trial's own run, found by the key the trial gave it (not the journal's
+                # id), or made with the journal's name and tags when the trial never made it
                 key = {TRIAL_TAG: trial_id, PARENT_RUN_TAG: self.parent.run_id}
+                name, tags = run_description(journal, trial_id)
                 writer = self.tracking.writer()
-                writer.start(self.tracking.experiment, trial_id, {}, key, journal=folder)
+                writer.start(self.tracking.experiment, name, tags, key, journal=folder)
         except (OSError, ValueError) as err:
             if not isinstance(err, FileNotFoundError):
                 logger.warning(

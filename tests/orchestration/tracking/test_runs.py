@@ -5,6 +5,8 @@ summary. (Re-opening rules and a stopped sweep: tests/faults/test_faults.py.)"""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,12 +16,16 @@ from mlflow.tracking import MlflowClient
 from orchestration.tracking.runs import SweepRuns
 from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
 from orchestration.tracking.target import TrackingTarget
+from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
 
 
 @dataclass
 class Checkpoint:
     path: str
     filesystem: pafs.FileSystem = field(default_factory=pafs.LocalFileSystem)
+
+    def as_directory(self) -> contextlib.AbstractContextManager[str]:
+        return contextlib.nullcontext(self.path)  # a local checkpoint is its own folder
 
 
 @dataclass
@@ -100,3 +106,31 @@ def test_a_recorded_parent_run_is_reopened_only_when_it_is_this_sweep_s(tmp_path
         reopened.settle([], status="FINISHED", timeout_s=30)
     assert client.get_run(colleague).info.status == "RUNNING"  # untouched
     assert client.get_run(colleague).data.metrics == {}
+
+
+def test_a_journal_of_a_trial_whose_run_was_never_made_makes_it_at_settling(tmp_path) -> None:
+    # the store was down for the whole trial: its final checkpoint's journal holds the run's
+    # description and every record; the driver makes the run (the journal's name and tags, the
+    # trial's own key) and delivers them there
+    target = TrackingTarget(f"sqlite:///{tmp_path / 'mlflow.db'}", "runs-test")
+    runs = SweepRuns.open(target, {"name": "s", "kind": "ablation"}, {}, str(tmp_path / "s"), None)
+    key = {TRIAL_TAG: "t1", PARENT_RUN_TAG: runs.parent.run_id}
+    down = RunWriter("http://127.0.0.1:9").start(
+        "runs-test", "full_linc-seed1", {"variant": "full_linc", "seed": "1"}, key
+    )
+    down.log_metrics({"loss": 2.0}, step=1)
+    checkpoint = tmp_path / "s" / "t1" / "checkpoint_000001"
+    down.save(checkpoint)
+    assert not down.close(0)
+    journal = json.loads((checkpoint / JOURNAL_FILE).read_text())
+    (checkpoint / JOURNAL_FILE).write_text(json.dumps(journal | {"tracking_uri": target.uri}))
+    runs.settle(
+        [Result({"trial_id": "t1", "epoch": 1}, checkpoint=Checkpoint(str(checkpoint)))],
+        status="FINISHED",
+        timeout_s=30,
+    )
+    client = MlflowClient(tracking_uri=target.uri)
+    (run,) = client.search_runs([target.experiment_id()], f"tags.`{TRIAL_TAG}` = 't1'")
+    assert run.info.run_name == "full_linc-seed1" and run.data.tags["variant"] == "full_linc"
+    assert run.data.tags[PARENT_RUN_TAG] == runs.parent.run_id
+    assert run.data.metrics["loss"] == 2.0
