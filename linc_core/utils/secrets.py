@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -41,8 +42,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
-
-from linc_core.utils.environment import environment_snapshot
 
 MASK = "***"
 # Names of settings, query parameters and environment variables that hold a secret.
@@ -242,6 +241,30 @@ def _redact_text(text: str) -> str:
     return text if pattern is None else pattern.sub(MASK, text)
 
 
+_ENVIRONMENT_ATTEMPTS = 20
+
+
+def environment_snapshot() -> dict[str, str]:
+    """``os.environ`` as a plain dict, safe while another thread sets and unsets variables.
+
+    ``os.environ.items()`` reads one variable at a time in Python code: one that another thread
+    removes in between raises ``KeyError`` (MLflow's telemetry thread sets and unsets
+    ``_MLFLOW_TELEMETRY_SESSION_ID``; ``linc-ablation`` once ended in that traceback), and the
+    iteration itself may see the mapping change size. CPython keeps the variables in one dict,
+    ``os.environ._data``, which one C call copies whole; elsewhere the read is retried.
+    """
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        copied = dict(data)  # one C-level copy: no other thread runs in between
+        return {os.fsdecode(key): os.fsdecode(value) for key, value in copied.items()}
+    for _ in range(_ENVIRONMENT_ATTEMPTS - 1):
+        try:
+            return dict(os.environ.items())
+        except (KeyError, RuntimeError):  # a variable removed, or the mapping resized, meanwhile
+            continue
+    return dict(os.environ.items())
+
+
 def _learn_environment() -> None:
     """The secrets of the environment: credential variables' values, URI passwords."""
     for name, value in environment_snapshot().items():
@@ -339,6 +362,7 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "SECRET_VARIABLE_END",
     "RedactSecrets",
+    "environment_snapshot",
     "is_secret_variable",
     "learn_secrets",
     "looks_like_credential",

@@ -65,9 +65,9 @@ from linc_core.instances.parquet import (
 )
 from linc_core.train.data import generate
 from linc_core.utils.atomic import is_temporary, write_atomic
-from linc_core.utils.environment import environment_snapshot
 from linc_core.utils.files import over_cap, size_in_words
 from linc_core.utils.progress import Progress
+from linc_core.utils.secrets import environment_snapshot
 from orchestration.data.definition import DatagenConfig, ShardSpec
 from orchestration.data.storage import is_s3, open_filesystem, with_retries
 

@@ -1,4 +1,5 @@
-"""``environment_snapshot`` reads the environment whole while another thread changes it."""
+"""``linc_core.utils.secrets.environment_snapshot`` (the environment whose secrets are learnt)
+reads the environment whole while another thread changes it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from linc_core.utils.environment import environment_snapshot
+from linc_core.utils.secrets import environment_snapshot
 
 
 @contextmanager
