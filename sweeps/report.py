@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from linc_core.commands.flags import OneLineParser
 from linc_core.metrics import EVAL_COST, TRAIN_SECONDS
 from linc_core.utils.atomic import write_atomic
 from linc_core.utils.secrets import redact, redact_logging
@@ -134,7 +135,7 @@ def _log_on_parents(client, runs, files: dict[str, bytes]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="linc-report",
         description="The paper-shaped tables rebuilt from MLflow runs, and a trial's policy "
         "registered as an MLflow model (reads the tracking store only).",

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from linc_core.commands.flags import OneLineParser
 from linc_core.instances import (
     InstanceError,
 )
@@ -24,9 +25,7 @@ from linc_core.instances.download import (
 
 # ---------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="linc-data", description="Locate or download LINC benchmark data."
-    )
+    parser = OneLineParser(prog="linc-data", description="Locate or download LINC benchmark data.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("where", help=f"print the data folder (${DATA_DIR_ENV} or ../shared/data)")
     download = commands.add_parser("download", help="download a CVRPLIB set, file by file")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from linc_core.commands.flags import (
     CommandLineError,
+    OneLineParser,
     add_policy_run_flags,
     apply_runtime_flags,
     check_policy_run_flags,
@@ -24,7 +25,7 @@ from linc_core.instances import Instance
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="linc-diagnose", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="linc-diagnose", description=__doc__.splitlines()[0])
     add_policy_run_flags(
         p,
         benchmark="solomon50",

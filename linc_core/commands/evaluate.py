@@ -51,6 +51,7 @@ import numpy as np
 
 from linc_core.commands.flags import (
     CommandLineError,
+    OneLineParser,
     add_policy_run_flags,
     apply_runtime_flags,
     check_policy_run_flags,
@@ -102,7 +103,7 @@ DECODE_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="linc-eval",
         description=__doc__.split("\n\n")[1].replace("``", ""),
         epilog="Outputs, decoding methods and exit status: see python -m pydoc "

@@ -15,7 +15,7 @@ import errno
 import math
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -84,6 +84,15 @@ def apply_runtime_flags(args: argparse.Namespace) -> None:
 
 class CommandLineError(Exception):
     """A command that cannot start (missing file, empty set): its one-line reason."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose refusal of a flag (``--z abc``, a missing ``--checkpoint``) is
+    one line on stderr and exit 2, as every other refusal of the commands is, not the usage
+    block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def require_flag(condition: bool, flag: str, value: object, expected: str) -> None:

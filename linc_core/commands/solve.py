@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from linc_core.commands.flags import CommandLineError, require_flag, require_int
+from linc_core.commands.flags import CommandLineError, OneLineParser, require_flag, require_int
 from linc_core.evaluate.pyvrp_solver import MAX_SEED, PyVRPError, solve_with_pyvrp
 from linc_core.instances import read_solution
 from linc_core.instances.any_file import read_instance
@@ -63,7 +63,7 @@ def _best_known(path: Path, name: str) -> tuple[float, str] | None:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="linc-solve",
         description="Solve one Solomon, TSPLIB or CVRPLIB file with PyVRP and verify the result, "
         "or re-verify a solution file (--verify).",

@@ -23,7 +23,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from linc_core.commands.flags import CommandLineError, apply_runtime_flags, check_writable_folder
+from linc_core.commands.flags import (
+    CommandLineError,
+    OneLineParser,
+    apply_runtime_flags,
+    check_writable_folder,
+)
 from linc_core.config import TrainConfig, to_dict
 from linc_core.metrics import VALIDATION_COST
 from linc_core.presets import PRESETS
@@ -109,7 +114,7 @@ def check_memory(plan: RunPlan) -> HeapCeiling | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="linc-train", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="linc-train", description=__doc__.splitlines()[0])
     p.add_argument("--problem", choices=problem_names(), default="cvrptw")
     p.add_argument("--size", type=int, default=20, help="customers (cities) per instance")
     p.add_argument("--preset", choices=sorted(PRESETS), default="full_linc")

@@ -1,4 +1,5 @@
-"""Every console script answers ``--help``; the Hydra ones also ``--cfg``, typos and ``-m``."""
+"""Every console script answers ``--help`` and refuses a bad flag in one line; the Hydra ones also
+``--cfg``, typos and ``-m``."""
 
 from __future__ import annotations
 
@@ -67,6 +68,17 @@ def test_help_marks_the_options_the_overrides_choose(capsys) -> None:
         in out
         and "cvrp, cvrptw, [tsp]" in out
     )
+
+
+@pytest.mark.parametrize("script", sorted(ARGPARSE_NAMES))
+def test_an_argparse_script_refuses_a_bad_flag_in_one_line(script, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _main(script)(["--no-such-flag", "abc"])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"{script}: ")  # the first fault argparse met, named
+    assert captured.err.endswith(f"(see {script} --help)\n")
 
 
 @pytest.mark.parametrize("script", sorted(ARGPARSE_NAMES))
