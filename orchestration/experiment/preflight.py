@@ -8,9 +8,10 @@ and the place, not after Ray started, a parent run was created and every trial r
   answers (``search_experiments``, failing fast); another database (``postgresql://...``) takes
   a connection (:func:`check_database`, also of ``search.storage``); a reader's store
   (``linc-report``'s) there and readable, nothing created (:func:`check_readable_store`);
-* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable and of the task's problem;
+* ``data.uri`` / ``data.eval_uri``: a data set's manifest readable and of the task's problem
+  (the training set of its size too);
   a benchmark (``eval_source: benchmark``) read, not empty, of the task's problem; a fixed
-  evaluation set (``solomon50``) of the task's problem.
+  evaluation set (``solomon50``) of the task's problem, and readable, as a training source too.
 
 Each failure raises :class:`~orchestration.failures.SweepRefused` (the entry points print it on
 one line and exit 2), its URIs and reasons masked
@@ -50,7 +51,11 @@ def preflight(config: PlatformConfig) -> TrackingTarget:
     run = config.run
     problem = run.data.problem
     if run.data.source == "dataset" and run.data.uri:
-        check_readable("data.uri", run.data.uri, problem)
+        check_readable("data.uri", run.data.uri, problem, run.data.num_customers)
+    sources = (("data.source", run.data.source), ("data.eval_source", run.evaluation.source))
+    for setting, source in sources:
+        if source in EVALUATION_SET_PROBLEMS:  # a fixed set read from $LINC_DATA_DIR
+            check_fixed_set(setting, source)
     if run.evaluation.source == "dataset" and run.evaluation.uri:
         check_readable("data.eval_uri", run.evaluation.uri, problem)
     if run.evaluation.source == "benchmark":
@@ -85,6 +90,16 @@ def check_benchmark(run: RunPlan) -> None:
             f"data.eval_uri: {source.uri!r} holds {problem} instances; the task is "
             f"{run.data.problem}"
         )
+
+
+def check_fixed_set(setting: str, name: str) -> None:
+    """The fixed set ``name`` (``solomon50``) readable where linc finds benchmark data."""
+    try:
+        loaded = load_benchmark(name, limit=1)
+    except (ValueError, OSError) as err:
+        raise SweepRefused(f"{setting}: {name}: {' '.join(str(err).split())}") from None
+    if not loaded.instances:
+        raise SweepRefused(f"{setting}: {name}: no instance could be read")
 
 
 def check_writable(setting: str, location: str) -> None:
@@ -204,10 +219,13 @@ def check_database(setting: str, url: str) -> None:
         raise SweepRefused(message) from None
 
 
-def check_readable(setting: str, uri: str, problem: str | None = None) -> None:
+def check_readable(
+    setting: str, uri: str, problem: str | None = None, customers: int | None = None
+) -> None:
     """A data set's manifest at ``uri`` can be read and passes the one manifest check
-    (:func:`~linc_core.instances.datasets.read_manifest`) and, given ``problem``, its generator
-    made instances of that problem (a manifest that names none is not checked)."""
+    (:func:`~linc_core.instances.datasets.read_manifest`) and, given ``problem`` (and
+    ``customers``), its generator made instances of that problem (and size): a manifest that
+    names none is not checked."""
     try:
         filesystem, root = open_filesystem(uri)
         manifest = read_manifest(root, filesystem)
@@ -223,6 +241,11 @@ def check_readable(setting: str, uri: str, problem: str | None = None) -> None:
     if problem is not None and task is not None and task != problem:
         message = f"{setting}: the data set {redact(uri)} holds {task} instances"
         raise SweepRefused(f"{message}; the task is {problem}")
+    size = generator.get("size") if isinstance(generator, dict) else None
+    if customers is not None and isinstance(size, int) and size != customers:
+        # trained on the set's size, validated and logged at the task's: refused, not mixed
+        message = f"{setting}: the data set {redact(uri)} holds {task}{size} instances"
+        raise SweepRefused(f"{message}; the task has {customers} customers (task.num_customers)")
 
 
 def _check_sqlite(uri: str) -> None:

@@ -70,6 +70,31 @@ def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
             check_readable("data.uri", broken, "cvrp")
 
 
+def test_a_training_set_of_another_size_is_refused(tmp_path: Path) -> None:
+    # trained on the set's 20 customers, validated and logged at the task's 6: refused
+    named = {"schema_version": SCHEMA_VERSION, "shards": [], "generator": {"task": "cvrptw"}}
+    set_20 = _data_set(
+        tmp_path / "a", json.dumps(named | {"generator": {"task": "cvrptw", "size": 20}}).encode()
+    )
+    with pytest.raises(SweepRefused) as err:
+        preflight(_config(tmp_path, "data=dataset", f"data.uri={set_20}"))
+    assert str(err.value) == (
+        f"data.uri: the data set {set_20} holds cvrptw20 instances; the task has 6 customers "
+        "(task.num_customers)"
+    )
+    preflight(_config(tmp_path, "data=dataset", f"data.uri={set_20}", "task.num_customers=20"))
+
+
+@pytest.mark.parametrize("setting", ["data.source", "data.eval_source"])
+def test_a_fixed_set_missing_from_the_data_folder_is_refused(tmp_path, monkeypatch, setting):
+    monkeypatch.setenv("LINC_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(SweepRefused) as err:
+        preflight(_config(tmp_path, f"{setting}=solomon50"))
+    message = str(err.value)
+    assert message.startswith(f"{setting}: solomon50: ") and "nowhere" in message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize(
     "uri, refusal",
     [
