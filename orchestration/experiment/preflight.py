@@ -193,9 +193,11 @@ def _not_a_store(database: Path) -> str | None:
 
 
 def check_database(setting: str, url: str) -> None:
-    """The database at SQLAlchemy ``url`` takes a connection (SQLite: not checked here, its
-    file is created on first use); nothing is written."""
+    """The database at SQLAlchemy ``url`` takes a connection (SQLite: its folder writable and
+    an existing file open for writing, :func:`_check_sqlite`); nothing is written."""
     if url.startswith("sqlite:"):
+        if url not in ("sqlite://", "sqlite:///:memory:"):
+            _check_sqlite(url, setting)
         return
     import sqlalchemy
 
@@ -248,9 +250,9 @@ def check_readable(
         raise SweepRefused(f"{message}; the task has {customers} customers (task.num_customers)")
 
 
-def _check_sqlite(uri: str) -> None:
+def _check_sqlite(uri: str, setting: str = "tracking.uri") -> None:
     path = Path(uri.removeprefix("sqlite:///")).expanduser()
-    check_writable("tracking.uri", str(path.parent))
+    check_writable(setting, str(path.parent))
     if not path.exists():
         return  # a new store: its folder is writable
     try:
@@ -261,7 +263,7 @@ def _check_sqlite(uri: str) -> None:
         finally:
             connection.close()
     except sqlite3.Error as err:
-        message = f"tracking.uri: cannot write to {redact(str(path))} ({_reason(err)})"
+        message = f"{setting}: cannot write to {redact(str(path))} ({_reason(err)})"
         raise SweepRefused(message) from None
 
 

@@ -144,3 +144,16 @@ def test_a_reader_refuses_what_is_not_there_and_creates_nothing(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     assert store_scheme("postgresql+psycopg2://h/db") == "postgresql"
     assert (store_scheme("/runs"), store_scheme("file:///runs")) == ("", "file")
+
+
+def test_a_search_s_sqlite_storage_it_cannot_write_is_one_line(tmp_path: Path) -> None:
+    # SQLAlchemy's 122-line traceback ("unable to open database file") before
+    from orchestration.experiment.preflight import check_database
+
+    file = tmp_path / "a-file"
+    file.write_text("")
+    with pytest.raises(SweepRefused) as refused:
+        check_database("search.storage", f"sqlite:///{file}/x/optuna.db")
+    assert str(refused.value) == f"search.storage: cannot write to {file}/x (Not a directory)"
+    check_database("search.storage", f"sqlite:///{tmp_path}/ok/optuna.db")  # made on first use
+    check_database("search.storage", "sqlite://")  # in memory
