@@ -115,6 +115,9 @@ def finished_trials(study: Any) -> int:
     return sum(trial.state in done for trial in study.get_trials(deepcopy=False))
 
 
+_ALREADY_REPORTED = "The reported value is ignored because this"
+
+
 class SweepOptunaSearch(OptunaSearch):
     """Tune's ``OptunaSearch``, with a trial that its scheduler stopped early (a result without
     ``completed``) told to the study as PRUNED, its last value as an intermediate one; each
@@ -127,6 +130,13 @@ class SweepOptunaSearch(OptunaSearch):
             return config
         trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
         return config | {"tracking": {"trial_number": trial.number}}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        # a resumed trial reports again the epochs after its checkpoint that Optuna already
+        # holds: the study keeps the first values, and its warning is not the user's business
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_ALREADY_REPORTED)
+            super().on_trial_result(trial_id, result)
 
     def on_trial_complete(
         self, trial_id: str, result: dict | None = None, error: bool = False
@@ -141,7 +151,9 @@ class SweepOptunaSearch(OptunaSearch):
         trial = self._ot_trials[trial_id]
         value = result.get(self.metric)
         if value is not None:
-            trial.report(float(value), step=int(result.get("epoch", 0)))
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_ALREADY_REPORTED)
+                trial.report(float(value), step=int(result.get("epoch", 0)))
         self._ot_study.tell(trial, state=TrialState.PRUNED)
         self._completed_trials.add(trial_id)
 
