@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -257,6 +258,10 @@ def _table(args: argparse.Namespace, client, rows: list[dict]) -> tuple[str, dic
 
 def main(argv: Sequence[str] | None = None) -> int:
     redact_logging()  # MLflow's and linc's warnings name the store: masked like every line
+    # MLflow's INFO lines ("Successfully registered model ...") are not the report's: its own
+    # line names what was registered. MLflow reads the variable when first imported.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.table == "register" and not args.run:

@@ -179,12 +179,14 @@ def test_the_main_table_is_what_the_runs_logged(main_sweep, capsys) -> None:
         report_main([*arguments, "--peer-curve", str(peer)])
 
 
-def test_each_models_best_policy_is_registered_and_solves_c101(main_sweep, data_dir) -> None:
+def test_each_models_best_policy_is_registered_and_solves_c101(main_sweep, data_dir, capfd):
     _, uri, _ = main_sweep
     assert report_main(
         ["main", "--tracking-uri", uri, "--experiment", "linc-main-smoke",
          "--sweep", "main-smoke", "--register", "cvrptw-smoke"]
     ) == 0  # fmt: skip
+    said = "".join(capfd.readouterr())
+    assert "Successfully registered" not in said and "Validating input example" not in said
     client = MlflowClient(tracking_uri=uri)
     before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
