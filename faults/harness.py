@@ -77,7 +77,8 @@ class Audit:
 
 
 class Driver:
-    """A sweep entry point in its own process group (its local Ray dies with it)."""
+    """A sweep entry point in its own process group (its local Ray in a session of its own:
+    :meth:`kill` ends every process the driver started)."""
 
     def __init__(
         self,
@@ -116,8 +117,13 @@ class Driver:
         finally:
             self._log.flush()
 
-    def signal(self, signum: int) -> None:
-        os.kill(self.process.pid, signum)
+    def signal(self, signum: int, *, group: bool = False) -> None:
+        """``signum`` to the driver, or (``group``) to its whole process group, as ``timeout``,
+        ``kill -- -PGID`` or a process manager's stop sends it."""
+        if group:
+            os.killpg(self.process.pid, signum)  # its own session: the group is its pid
+        else:
+            os.kill(self.process.pid, signum)
 
     def kill(self) -> None:
         """SIGKILL the driver and everything it started, and wait until all of it is gone: its

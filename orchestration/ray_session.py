@@ -60,6 +60,7 @@ def init_ray(
     else:
         from orchestration.experiment.ray_compat import (
             bind_loopback_even_if_imported_before,
+            local_ray_in_its_own_session,
             quiet_token_auth_notice,
         )
 
@@ -67,6 +68,7 @@ def init_ray(
             LOOPBACK_SWITCH
         )  # a process that imported ray before linc
         quiet_token_auth_notice()
+        local_ray_in_its_own_session()  # a signal to the driver's group reaches the driver only
         # address="local": a new Ray of this process (another program's `ray start` head
         # would otherwise be joined through its address file)
         ray.init(

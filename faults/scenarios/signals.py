@@ -27,13 +27,15 @@ from faults.scenarios.common import (
 
 
 def driver_sigterm(folder: Path, epochs: int = 30) -> Row:
-    """SIGTERM to the sweep driver mid-ablation; then the same command again."""
+    """SIGTERM to the sweep driver's process group mid-ablation (as ``timeout`` or a process
+    manager sends it: a local Ray in that group used to die first, and the driver exited 1
+    after 60 s with its runs RUNNING); then the same command again."""
     row = Row("SIGTERM to the driver")
     storage = folder / "runs"
     args = [*train_args(storage, epochs), "cluster.max_concurrent_trials=1"]
     first = Driver(folder, "sweeps.ablation", args)
     wait_for(lambda: reported(storage, ABLATION) >= 3, 600, "training to start", first)
-    first.signal(signal.SIGTERM)
+    first.signal(signal.SIGTERM, group=True)
     began = time.monotonic()
     rc = first.wait(300)
     stopped = audit(sqlite_uri(storage), EXPERIMENT, ABLATION, epochs)

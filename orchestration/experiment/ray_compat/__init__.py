@@ -76,6 +76,29 @@ def bind_loopback_even_if_imported_before(switch: str) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def local_ray_in_its_own_session() -> None:
+    """Start a local Ray's processes (GCS, raylet, agents) in a session of their own. Ray
+    starts them in the driver's process group (``ray._private.services.ConsolePopen``), so a
+    signal to that group (``timeout``, ``kill -TERM -- -PGID``, a process manager's stop)
+    ended the GCS with the driver: the driver then waited 60 s for it, exited 1, and left its
+    runs RUNNING and its lease behind. In a session of their own only the driver gets it, stops
+    the sweep, then Ray. Ray's fate-sharing is kept (the kernel ends them when the driver
+    dies), and so is its blocking of SIGINT in them (idempotent)."""
+    from ray._private import services
+
+    original = services.ConsolePopen
+    if getattr(original, _MARK, False):
+        return
+
+    class OwnSession(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    setattr(OwnSession, _MARK, True)
+    services.ConsolePopen = OwnSession
+
+
 ACTOR_REUSE_WAIT_S = "30"  # Tune's default, 2 s, failed a trial on a loaded node
 
 
@@ -316,6 +339,7 @@ __all__ = [
     "follow_current_storage",
     "handle_memory_kills",
     "keep_aws_keys_out_of_trials",
+    "local_ray_in_its_own_session",
     "quiet_ignored_worker_exits",
     "quiet_token_auth_notice",
     "patient_actor_reuse",
