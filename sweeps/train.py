@@ -19,9 +19,13 @@ def train(config) -> int:
 
     result = run_training(config)
     row = result.rows[0]
+
+    def shown(value: object) -> str:  # the costs as the console's other lines show them
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
+
     print(
-        f"{result.name}: {row['epochs']} epochs, train best-of-K {row['train_best_cost']}, "
-        f"validation {row['validation_cost']}, eval {row['eval_cost']}"
+        f"{result.name}: {row['epochs']} epochs, train best-of-K {shown(row['train_best_cost'])}, "
+        f"validation {shown(row['validation_cost'])}, eval {shown(row['eval_cost'])}"
     )
     print(f"Tune experiment: {result.experiment_path}")
     print_mlflow_ui(result.tracking_uri, result.parent_run_id)

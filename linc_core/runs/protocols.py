@@ -92,7 +92,7 @@ def variant_list(variants: str | Sequence[str]) -> tuple[str, ...]:
         if variants not in VARIANT_LISTS:
             raise ConfigError(
                 f"ablation.variants: expected a list of variants or one of "
-                f"{sorted(VARIANT_LISTS)}, got {variants!r}"
+                f"{sorted(VARIANT_LISTS)}, got {variants!r}" + did_you_mean(variants, VARIANT_LISTS)
             )
         return VARIANT_LISTS[variants]
     found = tuple(variants)
@@ -100,6 +100,7 @@ def variant_list(variants: str | Sequence[str]) -> tuple[str, ...]:
         if variant not in PRESETS:
             raise ConfigError(
                 f"ablation.variants: expected variants of {sorted(PRESETS)}, got {variant!r}"
+                + did_you_mean(str(variant), PRESETS)
             )
     if not found or len(set(found)) != len(found):
         raise ConfigError(f"ablation.variants: expected distinct variants, got {list(found)}")

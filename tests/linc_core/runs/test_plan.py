@@ -124,6 +124,8 @@ def test_variant_list_names_or_lists() -> None:
         variant_list("all")
     with pytest.raises(ConfigError, match="got 'fancy'"):
         variant_list(["fancy"])
+    with pytest.raises(ConfigError, match=r"got 'fullinc' \(did you mean 'full_linc'\?\)$"):
+        variant_list(["baseline", "fullinc"])
     with pytest.raises(ConfigError, match="distinct"):
         variant_list(["baseline", "baseline"])
 
