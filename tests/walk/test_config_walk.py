@@ -17,9 +17,12 @@ from tests.walk.config_walk import load, main, returns_by_module, walk
 # seal record beside it, the Tune callbacks one list (experiment.callbacks), and the sweep's
 # report a function of its runs (report.sweep_report: compare_to read from the parent run's
 # params, so the config no longer flows into the report): 22 modules, 27 returns. Most returns
-# left are to the Sweep itself (11), which calls each step of the lifecycle in turn.
-MAX_MODULES = 22
-MAX_RETURNS = 27
+# left are to the Sweep itself (11), which calls each step of the lifecycle in turn. Then a
+# trial's tracking journal became untrusted input with its checks in one module
+# (tracking.journal, read by the run writer and, for a run the trial never made, by the sweep's
+# runs): 23 modules, 29 returns.
+MAX_MODULES = 23
+MAX_RETURNS = 29
 
 
 def test_following_an_ablations_config_stays_in_a_few_modules() -> None:
