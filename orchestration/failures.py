@@ -20,6 +20,8 @@ Messages are masked (:func:`~linc_core.utils.secrets.redact`) where they are mad
 
 from __future__ import annotations
 
+from linc_core.instances.batch import InstanceError
+from linc_core.utils.files import FileRefusedError
 from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 from orchestration.data.storage import out_of_space
@@ -49,6 +51,26 @@ class SweepInterrupted(SweepStopped):
 
 class TrialFailed(SweepStopped):
     """Trials failed after their retries; each keeps its newest intact checkpoint."""
+
+
+# Errors of a trial's input, not of its moment: a shard whose bytes differ from its manifest or
+# fail their schema, an instance or a setting that fails its check, a file refused as it is
+# opened. A retry reads the same bytes and settings and fails the same way, after training again
+# from its last checkpoint up to where it met them, so such a trial is not retried.
+REFUSED_INPUT = (InstanceError, FileRefusedError, ConfigError)
+
+
+def refused_input(err: BaseException | None) -> bool:
+    """Whether ``err`` (a trial's error as Tune holds it: Ray's ``RayTaskError``, whose
+    ``cause`` is what the trial raised, or what wraps it) is a :data:`REFUSED_INPUT`."""
+    seen, hops = err, 0
+    while seen is not None and hops < 16:  # a chain, not a cycle
+        if isinstance(seen, REFUSED_INPUT):
+            return True
+        cause = getattr(seen, "cause", None)
+        seen = cause if isinstance(cause, BaseException) else seen.__cause__ or seen.__context__
+        hops += 1
+    return False
 
 
 def one_line(err: BaseException, limit: int = 200) -> str:
@@ -85,11 +107,13 @@ def sweep_failure(err: BaseException | None, name: str, storage: str | None) -> 
 
 
 __all__ = [
+    "REFUSED_INPUT",
     "SweepError",
     "SweepInterrupted",
     "SweepRefused",
     "SweepStopped",
     "TrialFailed",
     "one_line",
+    "refused_input",
     "sweep_failure",
 ]

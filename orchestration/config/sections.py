@@ -257,7 +257,8 @@ class ClusterSpec:
         custom_resources: extra Ray resources every trial (or worker) requests, e.g. a
             node-type marker ``{"linc_worker": 1}``.
         max_concurrent_trials: 0 lets Tune run as many as resources allow.
-        max_failures: retries of a failed trial, each restored from its last checkpoint.
+        max_failures: retries of a failed trial, each restored from its last checkpoint; a
+            trial whose input is refused (a shard unlike its manifest) is not retried.
         storage: Tune storage: a local folder (made absolute) or ``s3://bucket/prefix``.
         torch_threads: intra-op threads per trial (match ``cpus_per_trial`` on shared hosts).
         reuse_actors: a finished trial's process runs the next trial (Tune's ``reuse_actors``),

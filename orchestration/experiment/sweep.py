@@ -51,6 +51,7 @@ from orchestration.experiment.ray_compat import (
     handle_memory_kills,
     keep_aws_keys_out_of_trials,
     patient_actor_reuse,
+    refused_input_fails_at_once,
     restore_tuner,
     tolerate_gone_checkpoints,
 )
@@ -293,20 +294,30 @@ class Sweep:
             raise TrialFailed(self._failed_trials(failed))
 
     def _failed_trials(self, failed: list[Any]) -> str:
-        retries = self.config.cluster.max_failures
         label = trial_label(failed[0].config or {}, self.label_keys)
-        reason = one_line(failed[0].error)
+        reason = one_line(failed[0].error, 400)  # a data set's path, then the field
+        retries = self._retries_of(failed[0])
+        again = "re-run the same command to resume"
+        if retries == 0 and self.config.cluster.max_failures > 0:  # its input was refused
+            again = "mend what it names, then re-run the same command to resume"
         if len(self.results) == 1:
             return (
                 f"{self.name}: the trial failed after {retries} retries ({reason}); its "
-                "error.txt has the traceback; re-run the same command to resume it from its "
-                "newest intact checkpoint"
+                f"error.txt has the traceback; {again} it from its newest intact checkpoint"
             )
         return (
             f"{self.name}: {len(failed)} of {len(self.results)} trials failed after {retries} "
             f"retries (first: {label}: {reason}); their error.txt files have the tracebacks; "
-            "re-run the same command to resume them from their newest intact checkpoints"
+            f"{again} them from their newest intact checkpoints"
         )
+
+    def _retries_of(self, result: Any) -> int:
+        """How often the failed trial of ``result`` was retried (in this driver's run of the
+        sweep; the setting's retries when its trial is not among those this driver saw)."""
+        for trial in self.events.trials.values():
+            if trial.path == result.path:
+                return max(trial.num_failures - 1, 0)
+        return self.config.cluster.max_failures
 
     def result(self, rows: list[dict[str, Any]], table: str, **more: Any) -> SweepResult:
         """The sweep's result, once it has ended: its rows and table, where it lies."""
@@ -348,6 +359,7 @@ def start_ray(config: PlatformConfig) -> None:
         keep_aws_keys_out_of_trials()
     patient_actor_reuse()  # started or joined: every trial actor this driver creates
     handle_memory_kills()
+    refused_input_fails_at_once()
     errors_as_text()
 
 

@@ -17,6 +17,7 @@ from orchestration.failures import (
     SweepStopped,
     TrialFailed,
     one_line,
+    refused_input,
     sweep_failure,
 )
 
@@ -57,3 +58,27 @@ def test_one_line_is_the_last_line_masked_and_cut() -> None:
     assert one_line(ValueError("x" * 300), limit=20) == "x" * 17 + "..."
     with pytest.raises(SweepRefused):
         raise SweepRefused("nothing ran")
+
+
+def test_refused_input_is_found_through_rays_wrapping_and_exception_chains() -> None:
+    from ray.exceptions import RayTaskError
+
+    from linc_core.instances.parquet import DatasetSchemaError
+
+    shard = DatasetSchemaError("data/shard-00000.parquet", "sha256", "ab12", "differs")
+    wrapped = RayTaskError("train", "Traceback ...", shard)
+    assert refused_input(wrapped) and refused_input(wrapped.as_instanceof_cause())
+    assert refused_input(ConfigError("train.epochs: -1"))
+    try:
+        try:
+            raise shard
+        except ValueError as err:
+            raise RuntimeError("while loading") from err
+    except RuntimeError as outer:
+        assert refused_input(outer)
+    assert not refused_input(RayTaskError("train", "Traceback ...", OSError("reset by peer")))
+    assert not refused_input(ValueError("a bug")) and not refused_input(None)
+    loop = RuntimeError("a")
+    loop.__context__ = RuntimeError("b")
+    loop.__context__.__context__ = loop  # a cycle ends the walk
+    assert not refused_input(loop)

@@ -19,6 +19,8 @@ mends and where Ray does it).
   one warning line each, :class:`SaidByLincFilter` drops lines linc's console says itself;
 * :func:`handle_memory_kills`: a trial the memory monitor kills is a failed trial, not the end of
   the sweep;
+* :func:`refused_input_fails_at_once`: a trial whose input is refused is not retried (Tune retries
+  every error alike);
 * :class:`SweepFIFOScheduler`, :class:`SweepASHAScheduler`: trials created after a moved sweep is
   restored go to its current folder, not the one it started in;
 * :func:`tolerate_gone_checkpoints`: a trial restores past a checkpoint Tune's record names but
@@ -52,7 +54,7 @@ from orchestration.experiment.ray_compat.logs import (
     quiet_token_auth_notice,
     quiet_tune,
 )
-from orchestration.failures import SweepRefused
+from orchestration.failures import SweepRefused, refused_input
 
 if TYPE_CHECKING:
     from orchestration.experiment.folder import SweepFolder
@@ -149,6 +151,34 @@ def handle_memory_kills() -> None:
 
     setattr(_actor_task_failed, _MARK, True)
     RayActorManager._actor_task_failed = _actor_task_failed
+
+
+def refused_input_fails_at_once() -> None:
+    """A trial that fails on its input (:data:`~orchestration.failures.REFUSED_INPUT`: a shard
+    whose bytes differ from its manifest, an instance or setting that fails its check) fails
+    the same way on every retry, each first training again from the last checkpoint to where it
+    met it. Tune retries every error alike while ``FailureConfig(max_failures)`` allows
+    (``TuneController._process_trial_failure`` asks ``Trial.should_recover``, which compares
+    the failures counted so far with ``trial.max_failures``). Here such a failure is the trial's
+    last: its limit is its failures so far while Tune decides, then what it was (idempotent)."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    original = TuneController._process_trial_failure
+    if getattr(original, _MARK, False):
+        return
+
+    def _process_trial_failure(self: Any, trial: Trial, exception: Exception) -> None:
+        if not refused_input(exception):
+            return original(self, trial, exception)
+        limit = trial.max_failures
+        trial.max_failures = trial.run_metadata.num_failures  # this failure goes past it
+        try:
+            original(self, trial, exception)
+        finally:
+            trial.max_failures = limit
+
+    setattr(_process_trial_failure, _MARK, True)
+    TuneController._process_trial_failure = _process_trial_failure
 
 
 def follow_current_storage(controller: Any, trial: Trial) -> None:
@@ -344,6 +374,7 @@ __all__ = [
     "quiet_token_auth_notice",
     "patient_actor_reuse",
     "quiet_tune",
+    "refused_input_fails_at_once",
     "restore_tuner",
     "drop_ray_root_handler",
     "errors_as_text",

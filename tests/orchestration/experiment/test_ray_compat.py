@@ -309,3 +309,35 @@ def test_a_failed_trials_error_is_its_text_never_unpickled_from_storage(
     assert ResultGrid._populate_exception(trial) is None
     trial.status, trial.run_metadata.error_filename = Trial.ERROR, "gone.txt"
     assert "its error.txt could not be read" in str(ResultGrid._populate_exception(trial))
+
+
+def test_a_trial_whose_data_is_refused_fails_at_once_not_per_retry(ray_session, tmp_path) -> None:
+    """A shard whose bytes differ from the manifest fails every retry the same way, each first
+    training again from the last checkpoint; Tune retries every error alike. The data set's
+    manifest is sound, so the pre-flight passes and the trial meets the shard."""
+    from linc_core.utils.typed import build
+    from orchestration.data.definition import DatagenConfig
+    from orchestration.data.generation import generate_dataset
+    from orchestration.experiment.sweep import run_training
+    from orchestration.failures import TrialFailed
+    from sweeps.compose import load_platform_config
+
+    data = tmp_path / "data"
+    spec = {"task": "cvrptw", "size": 6, "count": 8, "shard_size": 8, "seed": 3}
+    generate_dataset(build(DatagenConfig, spec | {"uri": str(data), "progress": False}, ""))
+    (shard,) = data.glob("shard-*.parquet")
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # the same size, other bytes
+    shard.write_bytes(bytes(damaged))
+    overrides = ["data.source=dataset", f"data.uri={data}", "cluster.max_failures=2"]
+    config = load_platform_config(
+        ["preset=smoke", f"cluster.storage={tmp_path / 'runs'}"] + overrides
+    )
+    with pytest.raises(TrialFailed) as failed:
+        run_training(config, name="bad-shard")
+    told = str(failed.value)
+    assert told.startswith("bad-shard: the trial failed after 0 retries (") and "\n" not in told
+    assert f"{shard.name}: field 'sha256'" in told and "differs from the manifest" in told
+    assert "mend what it names, then re-run" in told
+    (error,) = (tmp_path / "runs" / "bad-shard").glob("*/error.txt")
+    assert "Failure # 1 " in error.read_text() and "Failure # 2" not in error.read_text()
