@@ -79,9 +79,9 @@ def load_tensor_file(
         with opened as handle, warnings.catch_warnings():
             # torch's notes on a file's pickle protocol are not the user's business
             warnings.simplefilter("ignore")
-            _check_records(handle, name)
+            handle_size = _check_records(handle, name)
             payload = torch.load(handle, map_location=map_location, weights_only=True)
-        _check_backed(payload, name, "payload")
+        _check_backed(payload, name, "payload", budget=handle_size)
         return payload
     except CheckpointError:
         raise
@@ -115,8 +115,9 @@ def load_tensor_file(
         ) from None
 
 
-def _check_records(handle: IO[bytes], name: str) -> None:
-    """Refuse a file that is no zip archive or whose records could inflate past its size."""
+def _check_records(handle: IO[bytes], name: str) -> int:
+    """Refuse a file that is no zip archive or whose records could inflate past its size;
+    its size in bytes."""
     size = handle.seek(0, os.SEEK_END)
     handle.seek(0)
     if handle.read(4) != b"PK\x03\x04":
@@ -129,7 +130,7 @@ def _check_records(handle: IO[bytes], name: str) -> None:
         records = zipfile.ZipFile(handle).infolist()
     except (zipfile.BadZipFile, ValueError, OSError):
         handle.seek(0)
-        return  # torch reads its own directory and names the fault (truncated, say)
+        return size  # torch reads its own directory and names the fault (truncated, say)
     listed = 0
     for record in records:
         listed += record.file_size
@@ -142,25 +143,37 @@ def _check_records(handle: IO[bytes], name: str) -> None:
                 f"{size} bytes; torch.save stores records uncompressed; refused unread"
             )
     handle.seek(0)
+    return size
 
 
-def _check_backed(value: Any, name: str, where: str) -> None:
-    """Refuse a tensor that claims more values than its storage holds (an expanded view)."""
-    if isinstance(value, torch.Tensor):
-        claimed = value.numel() * value.element_size()
-        held = value.untyped_storage().nbytes()
-        if claimed > held:
+def _check_backed(value: Any, name: str, where: str, budget: int) -> None:
+    """Refuse a tensor that claims more values than its storage holds (an expanded view), and
+    a tree of more than ``budget`` entries (the file's size in bytes): every entry a pickle
+    writes costs it a byte at least, unless the pickle shares a list or dict it wrote before,
+    and ten lists each holding one ten times over, nested twelve deep, are 10**12 entries in
+    1.9 KB that every walk of the payload would take days over."""
+    pending, size = [(value, where)], budget
+    while pending:
+        value, where = pending.pop()
+        budget -= 1
+        if budget < 0:
             raise CheckpointError(
-                f"checkpoint {name}: {where} claims {value.numel()} values of shape "
-                f"{tuple(value.shape)} over a storage of {held} bytes (a view that repeats "
-                "them); refused"
+                f"checkpoint {name}: holds more entries than its {size} bytes can (at {where}): "
+                "lists or dicts it holds many times over; refused"
             )
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_backed(item, name, f"{where}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_backed(item, name, f"{where}[{index}]")
+        if isinstance(value, torch.Tensor):
+            claimed = value.numel() * value.element_size()
+            held = value.untyped_storage().nbytes()
+            if claimed > held:
+                raise CheckpointError(
+                    f"checkpoint {name}: {where} claims {value.numel()} values of shape "
+                    f"{tuple(value.shape)} over a storage of {held} bytes (a view that "
+                    "repeats them); refused"
+                )
+        elif isinstance(value, dict):
+            pending.extend((item, f"{where}.{key}") for key, item in value.items())
+        elif isinstance(value, list | tuple):
+            pending.extend((item, f"{where}[{index}]") for index, item in enumerate(value))
 
 
 def check_plain(value: Any, where: str = "payload") -> None:

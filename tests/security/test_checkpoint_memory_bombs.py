@@ -107,3 +107,39 @@ def test_a_huge_model_s_config_over_repeated_views_is_refused_before_it_is_built
     assert sum(v.numel() for v in shapes.values()) > 1.6e7
     with pytest.raises(CheckpointError, match=r"^checkpoint .*bomb\.pt: payload\.model_state\."):
         policy_from_checkpoint(str(bomb))
+
+
+def test_lists_held_many_times_over_are_refused_before_any_walk(tmp_path) -> None:
+    """Ten lists, each holding the one below ten times (the pickle shares it), twelve deep:
+    10**12 entries in under 2 KB. Walking them (the view check, the checkpoint's fields) took
+    12 s at seven deep and would take days at twelve."""
+    nested: list = [torch.zeros(1)]
+    for _ in range(12):
+        nested = [nested] * 10
+    path = tmp_path / "shared.pt"
+    torch.save({"model_state": nested}, path)
+    size = path.stat().st_size
+    assert size < 2048
+    with pytest.raises(CheckpointError) as refused:
+        load_tensor_file(path)
+    said = str(refused.value)
+    assert said.startswith(f"checkpoint {path}: holds more entries than its {size} bytes can")
+    assert "(at payload.model_state[9]" in said and said.endswith("many times over; refused")
+    with pytest.raises(CheckpointError, match="many times over"):
+        policy_from_checkpoint(path)  # every loader reads through it
+
+
+def test_a_real_training_checkpoint_fits_its_entry_budget(tmp_path) -> None:
+    """Each entry a pickle writes costs it a byte at least: a checkpoint with its optimizer's
+    state and history loads under the budget, with room to spare."""
+    path = tiny_checkpoint(tmp_path / "real.pt")
+    payload = load_tensor_file(path)
+    entries, pending = 0, [payload]
+    while pending:
+        value = pending.pop()
+        entries += 1
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    assert 0 < entries * 4 < path.stat().st_size
