@@ -27,6 +27,13 @@ from linc_core.utils.typed import check_fields, require
 NODE_STATIC_FEATURES = ("knn_nearest", "knn_mean", "knn_min")
 
 
+# At most 1.8 billion weights (the paper's: 1.4 million): a config read from a file anyone may
+# have written builds its model first (embedding_dim=10**6 asked for 4 TB).
+MAX_MODEL_SIZES = {"embedding_dim": 2048, "encoder_layers": 32, "num_heads": 64, "z_dim": 256}
+MAX_MODEL_SIZES |= {"knn_k": 1000} | dict.fromkeys(("ff_hidden_dim", "poly_hidden_dim"), 8192)
+MAX_MODEL_SIZES["scorer_hidden_dim"] = 8192
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture switches. Defaults are the reference's CVRPTW full LINC model.
@@ -100,6 +107,9 @@ class ModelConfig:
         check_fields(self)
         for name in ("embedding_dim", "encoder_layers", "num_heads", "ff_hidden_dim", "knn_k"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        for name, most in MAX_MODEL_SIZES.items():
+            value = getattr(self, name)
+            require(value <= most, name, value, f"at most {most} (MAX_MODEL_SIZES: 1.8B weights)")
         require(
             self.embedding_dim % self.num_heads == 0,
             "embedding_dim",
@@ -379,6 +389,7 @@ __all__ = [
     "NODE_STATIC_FEATURES",
     "PARTIAL_SUMMARY",
     "CONSEQUENCE_FEATURES",
+    "MAX_MODEL_SIZES",
     "ModelConfig",
     "ProblemName",
     "TrainConfig",

@@ -147,3 +147,22 @@ def test_numbers_that_must_be_finite_refuse_inf_and_nan(cls, field, value, expec
     with pytest.raises(ValueError) as err:
         cls(**{field: value})
     assert str(err.value) == f"{field}: expected {expected}, got {value!r}"
+
+
+def test_model_sizes_are_bounded_and_the_largest_allowed_is_1_8_billion_weights() -> None:
+    from linc_core.config import MAX_MODEL_SIZES
+    from linc_core.model import LincPolicy
+
+    for name, most in MAX_MODEL_SIZES.items():
+        with pytest.raises(ValueError) as refused:
+            ModelConfig(**{name: most + 1})
+        assert str(refused.value) == (
+            f"{name}: expected at most {most} (MAX_MODEL_SIZES: 1.8B weights), got {most + 1}"
+        )
+    import torch
+
+    with torch.device("meta"):  # what the bounds allow, counted without memory
+        largest = LincPolicy(ModelConfig(**MAX_MODEL_SIZES))
+    weights = sum(p.numel() for p in largest.parameters())
+    assert 1.7e9 < weights < 1.8e9, weights
+    assert sum(p.numel() for p in LincPolicy(ModelConfig()).parameters()) < 2e6  # the paper's
