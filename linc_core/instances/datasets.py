@@ -110,7 +110,7 @@ def _max_bytes(file: str) -> int:
     return MAX_MANIFEST_BYTES if file == MANIFEST_NAME else MAX_SHARD_BYTES
 
 
-def _read_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> bytes | pa.Buffer:
+def read_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> bytes | pa.Buffer:
     """The bytes of ``file`` (the manifest or a shard) of the data set folder ``path``, checked
     by :func:`_member` and read up to its cap (:func:`_read_capped`)."""
     source, local = _member(root, fs, path, file)
@@ -119,7 +119,7 @@ def _read_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> bytes 
 
 def _open_member(root: str, fs: pafs.FileSystem, path: str, file: str) -> pa.NativeFile:
     """``file`` of the data set folder ``path`` opened for random access (a shard's footer),
-    checked by :func:`_member` and refused when over its cap, as :func:`_read_member` would."""
+    checked by :func:`_member` and refused when over its cap, as :func:`read_member` would."""
     source, local = _member(root, fs, path, file)
     if local is None:
         member = f"{path}/{file}"
@@ -218,7 +218,7 @@ def _read_manifest(
     if fs.get_file_info(f"{path}/{MANIFEST_NAME}").type == pafs.FileType.NotFound:
         return None
     source = f"{_shown(root)}/{MANIFEST_NAME}"
-    data = _read_member(root, fs, path, MANIFEST_NAME)
+    data = read_member(root, fs, path, MANIFEST_NAME)
     try:
         # JSON is UTF-8 (RFC 8259); json.loads(bytes) would guess UTF-16/32 from the bytes.
         manifest = json.loads(bytes(data).decode("utf-8"))
@@ -244,6 +244,8 @@ def manifest_entries(manifest: dict, source: str) -> list[ShardEntry]:
     shards = manifest.get("shards")
     if not isinstance(shards, list):
         raise DatasetSchemaError(source, "shards", _short(shards), "expected a list of shards")
+    if not shards:  # no instances to read: Instance.concat's error, naming nothing
+        raise DatasetSchemaError(source, "shards", "[]", "expected 1 or more shards")
     entries = []
     for index, shard in enumerate(shards):
         where = f"shards[{index}]"
@@ -252,9 +254,9 @@ def manifest_entries(manifest: dict, source: str) -> list[ShardEntry]:
         file, rows, sha256 = shard.get("file"), shard.get("rows"), shard.get("sha256")
         if not (isinstance(file, str) and SHARD_PATTERN.fullmatch(file)):
             raise DatasetSchemaError(source, f"{where}.file", _short(file), _SHARD_NAME_RULE)
-        if type(rows) is not int or not 0 <= rows <= MAX_SHARD_ROWS:
+        if type(rows) is not int or not 1 <= rows <= MAX_SHARD_ROWS:
             raise DatasetSchemaError(
-                source, f"{where}.rows", _short(rows), f"expected an integer 0 to {MAX_SHARD_ROWS}"
+                source, f"{where}.rows", _short(rows), f"expected an integer 1 to {MAX_SHARD_ROWS}"
             )
         if not (isinstance(sha256, str) and _SHA256_PATTERN.fullmatch(sha256)):
             raise DatasetSchemaError(
@@ -308,7 +310,7 @@ def shard_entries(root: str, fs: pafs.FileSystem, path: str) -> list[ShardEntry]
 def load_shard(root: str, fs: pafs.FileSystem, path: str, entry: ShardEntry) -> Instance:
     """Read one shard, checking its sha256 (when known) and row count."""
     source = f"{_shown(root)}/{entry.file}"
-    data = _read_member(root, fs, path, entry.file)
+    data = read_member(root, fs, path, entry.file)
     if entry.sha256 is not None and sha256_hex(data) != entry.sha256:
         raise DatasetSchemaError(source, "sha256", sha256_hex(data), "differs from the manifest")
     instance = read_shard_bytes(data, source)[0]
@@ -338,6 +340,7 @@ __all__ = [
     "load_dataset",
     "load_shard",
     "manifest_entries",
+    "read_member",
     "read_manifest",
     "read_shard",
     "resolve_filesystem",

@@ -50,10 +50,9 @@ from ray.exceptions import RayActorError, RayTaskError
 import linc_core
 from linc_core.instances.datasets import (
     MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    MAX_SHARD_BYTES,
     SHARD_PATTERN,
     manifest_entries,
+    read_member,
 )
 from linc_core.instances.parquet import (
     SCHEMA_VERSION,
@@ -65,7 +64,6 @@ from linc_core.instances.parquet import (
 )
 from linc_core.train.data import generate
 from linc_core.utils.atomic import is_temporary, write_atomic
-from linc_core.utils.files import over_cap, size_in_words
 from linc_core.utils.progress import Progress
 from linc_core.utils.secrets import environment_snapshot
 from orchestration.data.definition import DatagenConfig, ShardSpec
@@ -159,13 +157,14 @@ class _ShardWorkerImpl:
         source = f"{self._uri}/{spec.file}"
         status, reason = "generated", ""
         info = self._retry(lambda: self._filesystem.get_file_info(path), f"stat {source}")
-        if info.type == pafs.FileType.File and (info.size or 0) > MAX_SHARD_BYTES:
-            # never read whole: no shard this generator writes comes near the readers' cap
-            size = size_in_words(info.size)
-            status, reason = "regenerated", f"{source}: {size}, {over_cap(MAX_SHARD_BYTES)}"
-        elif info.type == pafs.FileType.File:
-            data = self._retry(lambda: self._read(path), f"read {source}")
-            reason = check_shard(data, spec, source)
+        if info.type != pafs.FileType.NotFound:
+            # read as every reader reads it: a regular file in the folder, within its cap (one
+            # over it, a link out of the folder, a named pipe: refused unread, then replaced)
+            try:
+                data = self._retry(lambda: self._read(spec.file), f"read {source}")
+                reason = check_shard(data, spec, source)
+            except DatasetSchemaError as err:
+                reason = str(err)
             if not reason:
                 return self._result(spec, data, "kept")
             status = "regenerated"
@@ -199,9 +198,8 @@ class _ShardWorkerImpl:
     def _retry(self, operation: Callable[[], Any], what: str) -> Any:
         return with_retries(operation, what, attempts=self._attempts)
 
-    def _read(self, path: str) -> pa.Buffer:
-        with self._filesystem.open_input_stream(path) as stream:
-            return stream.read_buffer()
+    def _read(self, file: str) -> pa.Buffer:
+        return pa.py_buffer(read_member(self._uri, self._filesystem, self._root, file))
 
 
 ShardWorker = ray.remote(_ShardWorkerImpl)
@@ -293,15 +291,13 @@ def _expected_checksums(
     if not found:
         return None
     source = f"{config.uri}/{MANIFEST_NAME}"
-    if (found[0].size or 0) > MAX_MANIFEST_BYTES:  # never read whole into memory
-        size = size_in_words(found[0].size)
-        raise DatagenError(
-            f"{source}: {size}, {over_cap(MAX_MANIFEST_BYTES)}; choose another uri or delete it"
-        )
 
-    def read() -> bytes:
-        with filesystem.open_input_stream(manifest_path) as stream:
-            return stream.read()
+    def read() -> bytes:  # a regular file in the folder, within its cap, as readers read it
+        folder = manifest_path.rsplit("/", 1)[0]
+        try:
+            return bytes(read_member(config.uri, filesystem, folder, MANIFEST_NAME))
+        except DatasetSchemaError as err:
+            raise DatagenError(f"{err}; choose another uri or delete it") from None
 
     try:
         manifest = json.loads(retry(read, "read manifest.json").decode("utf-8"))

@@ -178,6 +178,7 @@ def assert_manifest_refused(root: Path, field: str, value: object) -> None:
         ({"schema_version": 1, "shards": "x"}, "shards", "x"),
         ({"schema_version": 1, "shards": {"file": SHARD}}, "shards", "<a JSON object>"),
         ({"schema_version": 1, "shards": [5]}, "shards[0]", 5),
+        ({"schema_version": 1, "shards": []}, "shards", "[]"),  # no instances to read
     ],
 )
 def test_a_malformed_manifest_is_one_error_naming_the_field(
@@ -201,6 +202,7 @@ MISSING = object()
         ("rows", True, True),
         ("rows", 4.0, 4.0),
         ("rows", -1, -1),
+        ("rows", 0, 0),  # a shard of no instances: numpy's reshape error, naming nothing
         ("rows", 10**12, 10**12),
         ("sha256", MISSING, None),
         ("sha256", "ABC", "ABC"),

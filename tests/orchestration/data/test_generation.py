@@ -238,15 +238,51 @@ def test_a_file_over_the_readers_cap_is_never_read_whole(
     generate_dataset(config(str(root)), on_shard_done=lambda r: results.__setitem__(r.index, r))
     assert results[3].status == "regenerated"
     assert results[3].reason.endswith(
-        f"{shard_name(3)}: 3 GiB, larger than the 2 GiB this reader accepts"
+        f"{shard_name(3)}: field '<file>' = '3 GiB': larger than the 2 GiB this reader accepts"
     )
     assert folder_bytes(root) == folder_bytes(reference_set)
     os.truncate(root / MANIFEST_NAME, 3 * 1024**3)
     with pytest.raises(DatagenError) as err:
         generate_dataset(config(str(root)))
-    told = f"{MANIFEST_NAME}: 3 GiB, larger than the 64 MiB this reader accepts; choose"
+    told = f"{MANIFEST_NAME}: field '<file>' = '3 GiB': larger than the 64 MiB this reader accepts"
     assert told in str(err.value)
     assert (root / MANIFEST_NAME).stat().st_size == 3 * 1024**3  # left as it was
+
+
+def test_files_that_are_no_regular_files_of_the_folder_are_never_read(
+    reference_set: Path, tmp_path: Path
+) -> None:
+    """A re-run reads the folder as every reader does: a shard linked out of the folder or a
+    named pipe is refused unread and replaced by a real shard; a manifest that is a named pipe
+    (it hung the re-run) or a link to /dev/zero (20 GB in a minute) is refused in one line."""
+    root = tmp_path / "odd"
+    root.mkdir()
+    for name, data in folder_bytes(reference_set).items():
+        (root / name).write_bytes(data)
+    outside = tmp_path / "elsewhere.parquet"
+    outside.write_bytes((root / shard_name(1)).read_bytes())
+    (root / shard_name(1)).unlink()
+    (root / shard_name(1)).symlink_to(outside)
+    (root / shard_name(2)).unlink()
+    os.mkfifo(root / shard_name(2))
+    results: dict[int, ShardResult] = {}
+    generate_dataset(config(str(root)), on_shard_done=lambda r: results.__setitem__(r.index, r))
+    assert results[1].status == results[2].status == "regenerated"
+    assert results[1].reason.endswith("a link leading out of the data set")
+    assert "named pipe" in results[2].reason or "not a regular file" in results[2].reason
+    assert folder_bytes(root) == folder_bytes(reference_set)  # real files now
+    assert not (root / shard_name(1)).is_symlink() and outside.exists()
+    for odd in ("fifo", "zero"):
+        (root / MANIFEST_NAME).unlink()
+        if odd == "fifo":
+            os.mkfifo(root / MANIFEST_NAME)
+        else:
+            (root / MANIFEST_NAME).symlink_to("/dev/zero")
+        with pytest.raises(DatagenError) as err:
+            generate_dataset(config(str(root)))
+        told = str(err.value)
+        assert told.startswith(f"{root}/{MANIFEST_NAME}: field '<file>' = ") and "\n" not in told
+        assert told.endswith("; choose another uri or delete it")
 
 
 def test_different_config_at_same_uri_is_refused(reference_set: Path) -> None:

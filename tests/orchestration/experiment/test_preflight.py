@@ -40,6 +40,9 @@ def test_an_evaluation_set_of_another_problem_is_refused(tmp_path: Path) -> None
     preflight(config)  # its own validation set: fine
 
 
+ONE_SHARD = [{"file": "shard-00000.parquet", "rows": 1, "sha256": "0" * 64}]
+
+
 def _data_set(folder: Path, manifest: bytes) -> str:
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_bytes(manifest)
@@ -47,7 +50,7 @@ def _data_set(folder: Path, manifest: bytes) -> str:
 
 
 def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
-    named = {"schema_version": SCHEMA_VERSION, "shards": [], "generator": {"task": "cvrptw"}}
+    named = {"schema_version": SCHEMA_VERSION, "shards": ONE_SHARD, "generator": {"task": "cvrptw"}}
     cvrptw = _data_set(tmp_path / "a", json.dumps(named).encode())
     with pytest.raises(SweepRefused) as err:
         check_readable("data.eval_uri", cvrptw, "cvrp")
@@ -56,7 +59,7 @@ def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
     )
     check_readable("data.eval_uri", cvrptw, "cvrptw")
     unnamed = _data_set(
-        tmp_path / "b", json.dumps({"schema_version": SCHEMA_VERSION, "shards": []}).encode()
+        tmp_path / "b", json.dumps({"schema_version": SCHEMA_VERSION, "shards": ONE_SHARD}).encode()
     )  # names no problem: not checked
     check_readable("data.uri", unnamed, "cvrp")
     outside = {"schema_version": SCHEMA_VERSION, "shards": [{"file": "../x", "rows": 1}]}
@@ -64,6 +67,7 @@ def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
         ("cut", b'{"generator": {"ta'),
         ("binary", b"\xff\xfe"),
         ("outside", json.dumps(outside).encode()),  # the one manifest check: no shard outside
+        ("empty", json.dumps({"schema_version": SCHEMA_VERSION, "shards": []}).encode()),
     ):
         broken = _data_set(tmp_path / name, text)
         with pytest.raises(SweepRefused, match=f"data.uri: cannot read the data set {broken}"):
@@ -72,7 +76,7 @@ def test_a_data_set_of_another_problem_is_refused(tmp_path: Path) -> None:
 
 def test_a_training_set_of_another_size_is_refused(tmp_path: Path) -> None:
     # trained on the set's 20 customers, validated and logged at the task's 6: refused
-    named = {"schema_version": SCHEMA_VERSION, "shards": [], "generator": {"task": "cvrptw"}}
+    named = {"schema_version": SCHEMA_VERSION, "shards": ONE_SHARD, "generator": {"task": "cvrptw"}}
     set_20 = _data_set(
         tmp_path / "a", json.dumps(named | {"generator": {"task": "cvrptw", "size": 20}}).encode()
     )
