@@ -47,7 +47,8 @@ MASK = "***"
 # Names of settings, query parameters and environment variables that hold a secret.
 CREDENTIAL_PATTERN = re.compile(
     r"secret|passw(?:or)?d|passphrase|token|key_id|access[_-]?key|credential|api[_-]?key"
-    r"|private[_-]?key|signature|(?<![a-z0-9])(?:sig|pwd)(?![a-z0-9])",
+    r"|private[_-]?key|account[_-]?key|signature|authorization|cookie|bearer"
+    r"|(?<![a-z0-9])(?:sig|pwd|auth)(?![a-z0-9])",
     re.IGNORECASE,
 )
 # An environment variable named so holds a secret even where CREDENTIAL_PATTERN misses the name
@@ -62,6 +63,12 @@ ANYWHERE_LENGTH = 12
 # scheme://user: before a URI's password (see _uri_passwords); a user name ends at a space, a
 # quote, '<', '>' or an IPv6 host's '['
 _URI_USER = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\[\]'\"<>]*:")
+# scheme://TOKEN@: a user name of 16 characters or more, with no password, is a token sent as
+# the user (https://ghp_...@host, which requests sends as basic auth); a shorter
+# one (postgres@, git@) is a user's name and stays
+_URI_TOKEN_USER = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<secret>[^\s:/?#@\[\]'\"<>]{16,})@"
+)
 # A quote that ends a quoted value (in a repr, JSON, YAML, a shell line): one not escaped (by a
 # backslash, or doubled as YAML and SQL do) and followed by what may follow such a value. A quote
 # inside a password is followed by more of it.
@@ -207,6 +214,11 @@ def _mask_uri_passwords(text: str) -> str:
     return "".join(pieces) + text[done:]
 
 
+def _mask_token_user(match: re.Match[str]) -> str:
+    _learn(match["secret"])
+    return f"{match['head']}{MASK}@"
+
+
 def _mask_group(match: re.Match[str]) -> str:
     _learn(match["secret"])
     return f"{match['head']}{MASK}"
@@ -229,6 +241,7 @@ def _redact_text(text: str) -> str:
         text = learnt.sub(MASK, text)
     if "://" in text:
         text = _mask_uri_passwords(text)
+        text = _URI_TOKEN_USER.sub(_mask_token_user, text)
     if "=" in text:
         text = _PAIR.sub(_mask_named, text)
     if ":" in text and ("'" in text or '"' in text):

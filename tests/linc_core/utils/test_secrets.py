@@ -48,6 +48,20 @@ def _forget(monkeypatch):
         ("redis://:only-a-password@h:6379", "redis://:***@h:6379"),
         # a user without a password, a port, a path: nothing to mask
         ("postgresql://postgres@127.0.0.1:5432/linc", "postgresql://postgres@127.0.0.1:5432/linc"),
+        # ...but a token sent as the user (basic auth with no password) is a secret
+        (
+            "store http://ghp_Tok3nSecretValue99@127.0.0.1:9 down",
+            "store http://***@127.0.0.1:9 down",
+        ),
+        ("https://x.org/hook?auth=T0kenValue&a=1", "https://x.org/hook?auth=***&a=1"),
+        (
+            "DefaultEndpointsProtocol=https;AccountKey=abc123==;",
+            "DefaultEndpointsProtocol=https;AccountKey=***;",
+        ),
+        (
+            '{"cookie": "session=abc123def", "bearer": "eyJhbGciOi"}',
+            '{"cookie": "***", "bearer": "***"}',
+        ),
         (
             "http://127.0.0.1:5000/#/experiments/1/runs",
             "http://127.0.0.1:5000/#/experiments/1/runs",
