@@ -19,7 +19,10 @@ with a random token, waits :data:`SETTLE_S` and reads it back; of two drivers th
 window only the last reads its own token, and the other refuses. The holder renews the record
 every ``ttl / 4`` from a daemon thread and deletes it when the sweep ends. A holder that died
 (SIGKILL, a lost node) stops renewing: its lease can be taken once older than ``ttl``, or at once
-when it ran on this host and its process is gone.
+when it ran on this host and its process is gone. Older means both its renewal time and the
+file's own time: a record written within ``ttl`` by anyone who can write the folder, with a
+stale or unreadable time, is refused as a live one (it let a second driver run a live sweep),
+and the holder, renewing, finds it no driver's and writes its own again.
 """
 
 from __future__ import annotations
@@ -230,6 +233,11 @@ class SweepFolder:
     def write_json(self, name: str, values: dict[str, Any], retry: bool = True) -> None:
         self.write(name, json.dumps(values).encode(), retry=retry)
 
+    def age_s(self, name: str) -> float | None:
+        """Seconds since ``name`` was last written, by the storage's clock (None: unknown)."""
+        info = self.filesystem.get_file_info(f"{self.path}/{name}")
+        return time.time() - info.mtime.timestamp() if info.mtime is not None else None
+
     def delete(self, name: str) -> None:
         """Delete the file or folder ``name`` (gone already: nothing to do)."""
         path = f"{self.path}/{name}"
@@ -265,7 +273,7 @@ class SweepFolder:
         lease = SweepLease(self, sweep, uuid.uuid4().hex, ttl_s)
         try:
             held = self.read_json(LEASE_FILE)
-            if held is not None and _alive(held, ttl_s):
+            if held is not None and _alive(held, ttl_s, self.age_s(LEASE_FILE)):
                 raise SweepRefused(lease.refusal(held))
             lease.write()
             time.sleep(SETTLE_S)
@@ -327,37 +335,41 @@ class SweepLease:
         while not self._stop.wait(self.ttl_s / 4):
             try:
                 held = self.folder.read_json(LEASE_FILE)
-                if held is not None and held.get("token") != self.token:
+                if (
+                    held is not None
+                    and held.get("token") != self.token
+                    and _alive(held, self.ttl_s)
+                ):
                     where = self.folder.uri(LEASE_FILE)
                     logger.error("the lease %s was taken by %s", where, _holder(held))
                     return
-                self.write()
+                self.write()  # also over a record no live driver wrote (a forged one)
             except OSError as err:  # storage unavailable: the next renewal tries again
                 logger.warning("could not renew the lease %s: %s", self.folder.uri(LEASE_FILE), err)
 
 
-def _alive(held: dict[str, Any], ttl_s: float) -> bool:
+def _alive(held: dict[str, Any], ttl_s: float, age_s: float | None = None) -> bool:
     """Whether the holder of ``held`` may still be running its sweep. A record no driver
     writes (its times no numbers, not finite, or renewed further ahead than a lease lasts: the
-    folder's writers write it too) holds nothing, and is taken over with a warning."""
+    folder's writers write it too) holds nothing by its times, nor does one renewed more than
+    ``ttl_s`` ago; either is still a live one while the file itself (``age_s`` seconds old) is
+    younger than ``ttl_s``. A holder on this host whose process is gone holds nothing."""
     renewed = held.get("renewed")
-    if (
-        not _lease_time(held.get("since"))
-        or not _lease_time(renewed)
-        or (renewed > time.time() + ttl_s)
-    ):
-        logger.warning("the lease record %s is no driver's: taken over", _values(held))
-        return False
-    if time.time() - renewed > ttl_s:
-        return False
+    readable = _lease_time(held.get("since")) and _lease_time(renewed)
     if held.get("host") == socket.gethostname():
         try:
             os.kill(int(held.get("pid", 0)), 0)
         except ProcessLookupError:
             return False  # killed on this host: no need to wait for the lease to expire
-        except (PermissionError, ValueError):
-            return True
-    return True
+        except (PermissionError, ValueError, TypeError, OverflowError):
+            pass
+    if readable and time.time() + ttl_s >= renewed >= time.time() - ttl_s:
+        return True
+    if age_s is not None and age_s < ttl_s:
+        return True  # written within a lease's time, whatever it says
+    if not readable or renewed > time.time() + ttl_s:
+        logger.warning("the lease record %s is no driver's: taken over", _values(held))
+    return False
 
 
 def _lease_time(value: Any) -> bool:

@@ -66,7 +66,15 @@ def test_a_dead_holder_on_this_host_and_an_expired_one_are_taken_over(tmp_path: 
     (tmp_path / LEASE_FILE).write_text(json.dumps(other_host))
     with pytest.raises(SweepRefused, match="elsewhere pid"):
         take(tmp_path, "s", ttl_s=60)
+    with pytest.raises(SweepRefused, match="elsewhere pid"):  # the file is younger than 5 s
+        take(tmp_path, "s", ttl_s=5)
+    written_before(tmp_path, 10)  # as its holder last renewed it
     take(tmp_path, "s", ttl_s=5).release()  # older than its ttl
+
+
+def written_before(folder: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(folder / LEASE_FILE, (then, then))
 
 
 @pytest.mark.parametrize(
@@ -74,17 +82,41 @@ def test_a_dead_holder_on_this_host_and_an_expired_one_are_taken_over(tmp_path: 
     [{"renewed": 1e300}, {"renewed": float("nan")}, {"renewed": "soon"}, {"since": "1e999"}],
     ids=["far-future", "nan", "text", "since-text"],
 )
-def test_a_lease_record_no_driver_writes_is_taken_over(tmp_path: Path, caplog, forged) -> None:
+def test_a_lease_record_no_driver_writes_is_taken_over_once_older_than_a_lease(
+    tmp_path: Path, caplog, forged
+) -> None:
     # the folder's writers write its lease too: "renewed": 1e300 refused the sweep for good,
-    # "soon" ended the command in a ValueError traceback
+    # "soon" ended the command in a ValueError traceback; taken over at once, such a record
+    # written beside a live driver let a second driver run its sweep
     held = take(tmp_path, "s")
     held._stop.set()
     (tmp_path / LEASE_FILE).write_text(json.dumps(record(tmp_path) | {"host": "node-9"} | forged))
+    with pytest.raises(SweepRefused, match="another driver is running this sweep"):
+        take(tmp_path, "s", ttl_s=60)  # written just now: whoever wrote it may be running
+    written_before(tmp_path, 61)
     caplog.set_level(logging.WARNING, logger="orchestration.experiment.folder")
     taken = take(tmp_path, "s", ttl_s=60)
     assert record(tmp_path)["token"] == taken.token
     taken.release()
     assert any("is no driver's: taken over" in r.getMessage() for r in caplog.records)
+
+
+def test_the_holder_renewing_writes_its_record_over_a_forged_one(tmp_path: Path) -> None:
+    held = take(tmp_path, "s", ttl_s=0.4)  # renews every 0.1 s
+    try:
+        for forged in ({"renewed": "soon"}, {"renewed": time.time() - 3600}):
+            stale = record(tmp_path) | {"host": "node-9", "token": "forged"} | forged
+            (tmp_path / LEASE_FILE).write_text(json.dumps(stale))
+            deadline = time.monotonic() + 10
+            while record(tmp_path)["token"] != held.token and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert record(tmp_path)["token"] == held.token
+        live = record(tmp_path) | {"host": "node-9", "token": "rival", "renewed": time.time()}
+        (tmp_path / LEASE_FILE).write_text(json.dumps(live))  # a live rival's: left to it
+        time.sleep(0.5)
+        assert record(tmp_path)["token"] == "rival"
+    finally:
+        held.release()
 
 
 def test_of_two_drivers_writing_at_once_only_the_last_one_holds(tmp_path: Path, monkeypatch):
