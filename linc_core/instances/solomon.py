@@ -16,10 +16,13 @@ import torch
 from linc_core.instances.batch import Instance, InstanceError
 from linc_core.instances.reading import (
     DEFAULT_READER_DTYPE,
+    MAX_READER_NODES,
     grid_size,
     parse_with_vrplib,
     parses_as,
     read_text,
+    shown,
+    shown_line,
 )
 from linc_core.instances.validation import validate_instance
 
@@ -74,12 +77,14 @@ def _preflight_solomon(text: str, source: str) -> None:
             raise InstanceError(
                 source,
                 what,
-                line,
+                None if line is None else shown_line(line),
                 f"missing (expected on line {position + 1} of the non-blank lines)",
             )
     vehicle_tokens = lines[3].split()
     if len(vehicle_tokens) != 2 or not all(parses_as(t, int) for t in vehicle_tokens):
-        raise InstanceError(source, "VEHICLE NUMBER/CAPACITY", lines[3], "expected two integers")
+        raise InstanceError(
+            source, "VEHICLE NUMBER/CAPACITY", shown_line(lines[3]), "expected two integers"
+        )
     rows = lines[6:]
     if len(rows) < 2:
         raise InstanceError(
@@ -88,26 +93,33 @@ def _preflight_solomon(text: str, source: str) -> None:
             len(rows),
             "needs a depot row and at least one customer row (truncated file?)",
         )
+    if len(rows) > MAX_READER_NODES:  # before a row is split (vrplib's parse is linear too)
+        raise InstanceError(
+            source,
+            "CUSTOMER section",
+            f"{len(rows)} rows",
+            f"more than the {MAX_READER_NODES} nodes a reader takes",
+        )
     for row_number, row in enumerate(rows):
         tokens = row.split()
         if len(tokens) != len(_SOLOMON_COLUMNS):
             raise InstanceError(
                 source,
                 f"CUSTOMER row {row_number}",
-                row,
+                shown_line(row),
                 f"expected {len(_SOLOMON_COLUMNS)} values, got {len(tokens)} "
                 "(truncated or malformed line)",
             )
         for column, token in zip(_SOLOMON_COLUMNS, tokens, strict=True):
             if not parses_as(token, int):
                 raise InstanceError(
-                    source, f"CUSTOMER row {row_number} {column}", token, "not an integer"
+                    source, f"CUSTOMER row {row_number} {column}", shown(token), "not an integer"
                 )
         if int(tokens[0]) != row_number:
             raise InstanceError(
                 source,
                 f"CUSTOMER row {row_number} CUST NO.",
-                tokens[0],
+                shown(tokens[0]),
                 f"expected customer number {row_number}",
             )
 

@@ -24,6 +24,7 @@ from linc_core.instances.reading import (
     parse_with_vrplib,
     parses_as,
     read_text,
+    shown,
 )
 from linc_core.instances.validation import validate_instance
 
@@ -100,10 +101,14 @@ def _numeric_array(
             got,
             f"expected shape {shape} from DIMENSION (truncated or malformed section)",
         )
-    if not np.issubdtype(raw.dtype, np.number):
-        bad = next(v for v in raw.reshape(-1) if isinstance(v, str) and not parses_as(v, float))
-        raise InstanceError(source, field, bad, "not a number")
-    values = raw.astype(np.float64)
+    if np.issubdtype(raw.dtype, np.number):
+        values = raw.astype(np.float64)
+    else:  # words (numpy made every entry a str), or an integer past int64 (a Python int)
+        entries = raw.reshape(-1).tolist()
+        bad = next((v for v in entries if isinstance(v, str) and not parses_as(v, float)), None)
+        if bad is not None:
+            raise InstanceError(source, field, shown(bad), "not a number")
+        values = np.array([_as_float(v) for v in entries]).reshape(shape)
     # inf, nan and numbers beyond float64 (1e400 parses as inf) stop here, before any
     # arithmetic on them (grid sizes, scaling) fails with an unnamed overflow.
     non_finite = np.argwhere(~np.isfinite(values))
@@ -111,8 +116,17 @@ def _numeric_array(
         row, *column = non_finite[0].tolist()
         node, token = _section_entry(text, field, row, column[0] if column else 0)
         where = f"{field} node {node or row + 1}" + (f" {'xy'[column[0]]}" if column else "")
-        raise InstanceError(source, where, token or float(values[row, *column]), NOT_FINITE)
+        value = shown(token) if token else float(values[row, *column])
+        raise InstanceError(source, where, value, NOT_FINITE)
     return values
+
+
+def _as_float(value: str | float) -> float:
+    """``value`` as a float, ``inf`` past the range of a float64 (an integer of 400 digits)."""
+    try:
+        return float(value)
+    except OverflowError:  # only an int overflows: float("9" * 400) is inf
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
 
 
 def _section_entry(text: str, section: str, row: int, column: int) -> tuple[str | None, ...]:
