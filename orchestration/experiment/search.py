@@ -18,12 +18,21 @@ At the end the parent run gets the study's trials table and Optuna's figures
   run; ``pareto_front.md``, ``pareto_front.json``) and each objective's optimum named as such
   (metric ``lowest_METRIC`` or ``highest_METRIC``, tags ``lowest_METRIC.trial`` and
   ``.run_id``), which may come from different trials.
+
+Whoever can write the study's storage can add trials to it: a study trial is believed only where
+a run of this sweep (under its parent run, tagged with the study and the trial's number) records
+it, with the trial's objective values as its metrics and its parameters in the search space.
+Any other trial is left out of the tables, figures and best, with one warning naming the study
+and the trials, and is not counted among ``search.num_samples``; every name or value shown is
+plain text (:func:`orchestration.report.study.plain_text`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 from typing import Any
 
 from ray import tune
@@ -45,10 +54,18 @@ from orchestration.experiment.study import (
 )
 from orchestration.experiment.sweep import Sweep, SweepResult
 from orchestration.failures import SweepRefused
-from orchestration.report.study import pareto_table, study_figures, study_table
+from orchestration.report.study import (
+    checked_study,
+    pareto_table,
+    plain_text,
+    study_figures,
+    study_table,
+)
 from orchestration.report.tables import result_row
 from orchestration.tracking.runs import BestChoice, SweepRuns
 from orchestration.tracking.store import TRIAL_TAG
+
+logger = logging.getLogger(__name__)
 
 
 def search_space(spec: SearchSpec) -> dict[str, Any]:
@@ -133,37 +150,39 @@ def run_search(config: PlatformConfig) -> SweepResult:
         )
         try:
             for index, stage in enumerate(stage_names(spec)):
-                missing = spec.num_samples - finished_trials(study)
+                missing = spec.num_samples - _finished(sweep.runs, study, spec)
                 if not sweep.has_experiment(stage) and missing <= 0:
                     break
                 tuned = _tune_config(config, spec, url, max(missing, 1), index)
                 rows += [result_row(r, keys) for r in sweep.run_trials(param_space, tuned, stage)]
         finally:
             RUN_FINDERS.pop(spec.name, None)
-        best = _log_study(sweep.runs, study, spec, url)
-        described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(study, spec)}"
+        shown = _checked(sweep.runs, study, spec, url)
+        best = _log_study(sweep.runs, shown, spec, url)
+        described = f"Search {spec.name}: Optuna study {spec.name!r}.\n\n{study_table(shown, spec)}"
         sweep.finish_with(description=described)
     study_at = (spec.name, redact(url))
-    return sweep.result(rows, study_table(study, spec), study=study_at, best=best)
+    return sweep.result(rows, study_table(shown, spec), study=study_at, best=best)
 
 
 def _log_study(runs: SweepRuns, study: Any, spec: SearchSpec, url: str) -> Any:
     """The study's results on the parent run (see the module docstring); the best trial's
-    values and objective, or the Pareto front's (a list), None when no trial completed."""
+    values and objective, or the Pareto front's (a list), None when no trial completed.
+    ``study``: the search's :func:`checked_study` (its believed trials only)."""
     parent = runs.parent
     parent.set_tags({"optuna.study": spec.name, "optuna.storage": redact(url)})
     parent.log_text(study_table(study, spec), "study_trials.md")
     for name, png in study_figures(study, spec).items():
         parent.log_bytes(png, f"study/{name}")
-    complete = [t for t in study.get_trials(deepcopy=False) if t.values is not None]
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
         return None
-    run_ids = _trial_run_ids(runs, study)
+    run_ids = _trial_run_ids(study)
     if spec.multi_objective:
         return _log_front(runs, study, spec, complete, run_ids)
     values = dotted_params(study.best_trial.params)
     parent.log_text(json.dumps(values, indent=2), "best_config.json")
-    parent.set_tags({f"best.{key}": str(value) for key, value in values.items()})
+    parent.set_tags({f"best.{key}": plain_text(value) for key, value in values.items()})
     best = _values(study.best_trial, spec)
     parent.log_metrics({f"best_{metric}": best[metric] for metric in spec.metrics})
     chosen = run_ids.get(study.best_trial.number)
@@ -217,23 +236,120 @@ def _child_runs(runs: SweepRuns) -> list[Any]:
     return _quietly(runs.tracking.child_runs, str(runs.parent.run_id)) or []
 
 
-def _trial_run_ids(runs: SweepRuns, study: Any) -> dict[int, str]:
-    """Study trial number -> its MLflow run id: the run's ``optuna.trial_number`` tag, else
-    the trial's ``mlflow_run_id`` or ``tune_trial_id`` (a run of an older search)."""
+def _trial_run_ids(study: Any) -> dict[int, str]:
+    """Study trial number -> its MLflow run id, for the trials of ``study`` (a checked study:
+    each trial's ``mlflow_run_id`` is the run of this sweep that records it)."""
     found: dict[int, str] = {}
-    trials = study.get_trials(deepcopy=False)
-    by_tune_id = {t.user_attrs.get(TUNE_TRIAL_ATTR): t.number for t in trials}
-    for run in _child_runs(runs):
-        tags = run.data.tags
-        number = tags.get("optuna.trial_number")
-        number = int(number) if number and number.isdigit() else by_tune_id.get(tags.get(TRIAL_TAG))
-        if number is not None:
-            found[number] = run.info.run_id
-    for trial in trials:
+    for trial in study.get_trials(deepcopy=False):
         recorded = trial.user_attrs.get(MLFLOW_RUN_ATTR)
-        if trial.number not in found and recorded:
+        if isinstance(recorded, str):
             found[trial.number] = recorded
     return found
+
+
+def _finished(runs: SweepRuns, study: Any, spec: SearchSpec) -> int:
+    """The study's believed trials that ended: complete, pruned or failed (the study's own
+    count when the tracking store cannot be read)."""
+    from optuna.trial import TrialState
+
+    believed = _believed(runs, study, spec, values=False)  # a run's last records may be late
+    if believed is None:
+        return finished_trials(study)
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    trials = study.get_trials(deepcopy=False)
+    return sum(t.state in done and t.number in believed for t in trials)
+
+
+def _checked(runs: SweepRuns, study: Any, spec: SearchSpec, url: str) -> Any:
+    """The study's believed trials (:func:`checked_study`, each with its run's id as its
+    ``mlflow_run_id``); the others named in one warning."""
+    believed = _believed(runs, study, spec)
+    trials = study.get_trials(deepcopy=False)
+    left_out = [t.number for t in trials if t.number not in (believed or {})]
+    if believed is None and trials:
+        logger.warning(
+            "search %s: the tracking store could not be read: no trial of the study %s is shown",
+            spec.name,
+            redact(url),
+        )
+    elif left_out:
+        named = ", ".join(map(str, left_out[:20])) + (", ..." if len(left_out) > 20 else "")
+        logger.warning(
+            "search %s: study %s: trial(s) %s left out (%d): no run of this sweep records them "
+            "with their values and parameters",
+            spec.name,
+            redact(url),
+            named,
+            len(left_out),
+        )
+    attrs = {number: {MLFLOW_RUN_ATTR: run_id} for number, run_id in (believed or {}).items()}
+    return checked_study(study, attrs)
+
+
+def _believed(
+    runs: SweepRuns, study: Any, spec: SearchSpec, values: bool = True
+) -> dict[int, str] | None:
+    """Study trial number -> its run's id, for the trials a run of this sweep records (see the
+    module docstring; a run of an older search: by its ``tune_trial_id``); ``values``: a
+    complete trial's objective values checked too. None when the tracking store cannot be
+    read."""
+    children = _quietly(runs.tracking.child_runs, str(runs.parent.run_id))
+    if children is None:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    claims: dict[Any, list[int]] = {}
+    for trial in trials:
+        claims.setdefault(trial.user_attrs.get(TUNE_TRIAL_ATTR), []).append(trial.number)
+    candidates: dict[int, list[Any]] = {}
+    for run in children:
+        tags = run.data.tags
+        if tags.get("optuna.study", spec.name) != spec.name:
+            continue
+        number = tags.get("optuna.trial_number")
+        claimed = claims.get(tags.get(TRIAL_TAG)) or []
+        if number and number.isdigit():
+            candidates.setdefault(int(number), []).append(run)
+        elif len(claimed) == 1 and tags.get(TRIAL_TAG):
+            candidates.setdefault(claimed[0], []).append(run)
+    found: dict[int, str] = {}
+    for trial in trials:
+        found_runs = candidates.get(trial.number, [])
+        matching = [r for r in found_runs if _records(r, trial, spec, values)]
+        if matching:
+            found[trial.number] = matching[0].info.run_id
+    return found
+
+
+def _records(run: Any, trial: Any, spec: SearchSpec, values: bool) -> bool:
+    """Whether ``run`` records study trial ``trial``: the run the trial names (if it names
+    one), its parameters in the space and, ``values``: a complete trial's objective values as
+    the run's metrics (a pruned trial's last ones may reach the run only as the sweep ends;
+    such a trial is never a best)."""
+    recorded = trial.user_attrs.get(MLFLOW_RUN_ATTR)
+    if recorded is not None and recorded != run.info.run_id:
+        return False
+    params = dotted_params(trial.params)
+    if not all(key in spec.space and _allowed(spec.space[key], v) for key, v in params.items()):
+        return False
+    if trial.state.name != "COMPLETE" or not values:
+        return True
+    if trial.values is None or len(trial.values) != len(spec.metrics):
+        return False
+    logged = [run.data.metrics.get(metric) for metric in spec.metrics]
+    return all(
+        isinstance(m, float | int) and math.isclose(m, v, rel_tol=1e-9, abs_tol=1e-12)
+        for m, v in zip(logged, trial.values, strict=True)
+    )
+
+
+def _allowed(dist: dict[str, Any], value: Any) -> bool:
+    """Whether ``value`` is one the search space's distribution ``dist`` can draw."""
+    if dist["distribution"] == "choice":
+        return any(
+            value == v and isinstance(value, bool) == isinstance(v, bool) for v in dist["values"]
+        )
+    number = isinstance(value, float | int) and not isinstance(value, bool)
+    return number and dist["low"] <= value <= dist["high"]
 
 
 def _quietly(call: Any, *args: Any) -> Any:

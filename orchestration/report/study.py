@@ -7,13 +7,19 @@ name: ``optimization_history.png`` (a multi-objective search: one per objective,
 ``optimization_history_METRIC.png``), ``param_importances.png`` (from two complete trials; of
 the first objective), ``parallel_coordinate.png`` (of the first objective) and, for a
 multi-objective search, ``pareto_front.png``; sized to their parameters, labels not cut.
+
+Whoever can write the study's storage can add trials, with any names and values: the search
+draws from :func:`checked_study` (only the trials its tracking store confirms), and every name
+or value shown goes through :func:`plain_text` (no escape code, table row, link or HTML).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from linc_core.utils.plotting import png_bytes
@@ -21,6 +27,50 @@ from orchestration.config.platform import dotted_params
 from orchestration.config.sweep_sections import SearchSpec
 
 logger = logging.getLogger(__name__)
+
+LEFT_OUT_ATTR = "linc.left_out"  # a placeholder's user attr: the trial of that number is not shown
+# what Markdown reads as a link, an image, HTML, code, emphasis or a table cell's end
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*[]<>|"})
+
+
+def plain_text(value: Any, limit: int = 100) -> str:
+    """``value`` as one line of plain text for a Markdown table, an MLflow tag or the console:
+    cut to ``limit`` characters (then ``...``), Markdown's active characters backslash-escaped
+    (``\\|``, ``\\[``, ``\\<``...) and every non-printable one (ESC and the other C0/C1 controls,
+    a line break, a direction override) written as its escape (``\\x1b``, ``\\n``)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    text = text.translate(_MARKDOWN)
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def checked_study(study: Any, believed: Mapping[int, Mapping[str, Any]]) -> Any:
+    """An in-memory copy of ``study`` with only its trials numbered in ``believed``, each under
+    its own number and with the user attrs ``believed`` gives it (a trial left out: a FAIL
+    placeholder, which no table, figure or best shows)."""
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    with warnings.catch_warnings():  # set_metric_names is "experimental"
+        warnings.simplefilter("ignore")
+        shown = optuna.create_study(directions=study.directions, study_name=study.study_name)
+        if study.metric_names:
+            shown.set_metric_names(study.metric_names)
+    kept = {t.number: t for t in study.get_trials(deepcopy=False) if t.number in believed}
+    for number in range(max(kept, default=-1) + 1):
+        if number not in kept:
+            shown.add_trial(create_trial(state=TrialState.FAIL, user_attrs={LEFT_OUT_ATTR: True}))
+            continue
+        trial = copy.deepcopy(kept[number])
+        for key, value in believed[number].items():
+            trial.set_user_attr(key, value)
+        shown.add_trial(trial)
+    return shown
+
+
+def _shown_trials(study: Any) -> list[Any]:
+    return [t for t in study.get_trials(deepcopy=False) if LEFT_OUT_ATTR not in t.user_attrs]
 
 
 def _values(trial: Any, spec: SearchSpec) -> list[str]:
@@ -42,7 +92,7 @@ def study_table(study: Any, spec: SearchSpec) -> str:
     ]
     sign = -1 if spec.modes[0] == "max" else 1
     trials = sorted(
-        study.get_trials(deepcopy=False),
+        _shown_trials(study),
         key=lambda t: (_rank(t)[0], sign * _rank(t)[1], t.number),
     )
     for trial in trials:
@@ -64,7 +114,9 @@ def pareto_table(study: Any, spec: SearchSpec) -> str:
 
 def _shown(params: dict[str, Any]) -> str:
     return ", ".join(
-        f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
+        f"{plain_text(key)}={value:.3g}"
+        if isinstance(value, float)
+        else f"{plain_text(key)}={plain_text(value)}"
         for key, value in params.items()
     )
 
@@ -123,4 +175,11 @@ def study_figures(study: Any, spec: SearchSpec) -> dict[str, bytes]:
     return figures
 
 
-__all__ = ["pareto_table", "study_figures", "study_table"]
+__all__ = [
+    "LEFT_OUT_ATTR",
+    "checked_study",
+    "pareto_table",
+    "plain_text",
+    "study_figures",
+    "study_table",
+]

@@ -203,3 +203,41 @@ def test_a_search_by_a_metric_only_the_last_report_carries_is_refused_before_it_
     assert "got 'eval_cost' (did you mean 'validation_cost'?)" in str(err.value)
     assert err.value.exit_code == 2
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_forged_study_trial_is_neither_best_nor_shown_nor_a_done_sample(
+    ray_session, tmp_path, caplog, capsys
+) -> None:
+    """The red team's forged trial (tests/security/test_forged_optuna_study.py), end to end: a
+    COMPLETE trial added to the study between two runs of the search, its value the best, a
+    parameter holding a table row and escape codes, its run id any run's."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    search(tmp_path, "search.num_samples=2", "train.epochs=2")
+    forged = study(tmp_path)
+    evil = "x |\n| 999 | COMPLETE | <img src=https://attacker.example> \x1b]0;pwned\x07\x1b[2J"
+    dists = forged.trials[0].distributions | {"train/evil": CategoricalDistribution([evil])}
+    params = forged.trials[0].params | {"train/evil": evil}
+    forged.add_trial(
+        create_trial(
+            params=params,
+            distributions=dists,
+            value=0.0001,
+            user_attrs={"mlflow_run_id": "0123456789abcdef0123456789abcdef"},
+        )
+    )
+    capsys.readouterr()
+    _, result = search(tmp_path, "search.num_samples=3", "train.epochs=2")
+    client, trials, runs = trial_runs(tmp_path)
+    assert len(trials) == 3  # the forged trial is no done sample: a third one trained
+    assert len(study(tmp_path).trials) == 4
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep").data
+    assert parent.tags["best_run"] in {r.info.run_id for r in trials}
+    assert result.best["trial"] != 2 and result.best["validation_cost"] != 0.0001
+    assert not [k for k in parent.tags if "evil" in k]
+    for text in (result.table, parent.tags["mlflow.note.content"], capsys.readouterr().out):
+        assert "\x1b" not in text and "| 999 |" not in text and "<img" not in text
+    assert len(result.table.splitlines()) == 2 + 3
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert warned and all("trial(s) 2 left out (1)" in w for w in warned)
