@@ -20,6 +20,8 @@ Messages are masked (:func:`~linc_core.utils.secrets.redact`) where they are mad
 
 from __future__ import annotations
 
+import signal
+
 from linc_core.instances.batch import InstanceError
 from linc_core.utils.files import FileRefusedError
 from linc_core.utils.secrets import redact
@@ -90,8 +92,11 @@ def sweep_failure(err: BaseException | None, name: str, storage: str | None) -> 
         seen = seen.__cause__ or seen.__context__
     if err is None:
         return None
-    if isinstance(err, KeyboardInterrupt):
-        return SweepInterrupted(f"{name}: stopped at once by a second signal; re-run to resume")
+    if isinstance(err, SystemExit) and err.code == signal.SIGTERM:  # Ray's handler, in ray.init
+        return SweepInterrupted(f"{name}: stopped at once by SIGTERM; re-run to resume")
+    if isinstance(err, KeyboardInterrupt):  # a signal outside Tune's run (Ray starting), or
+        why = str(err) or "SIGINT"  # a second one in it
+        return SweepInterrupted(f"{name}: stopped at once by {why}; re-run to resume")
     if isinstance(err, ConfigError):
         return SweepRefused(str(err))
     if isinstance(err, OSError | EOFError) and out_of_space(storage or "", err):

@@ -55,8 +55,9 @@ class AblationSpec:
         compare_to: the variant the table's gaps are relative to (paired by seed and instance).
         name: the sweep's name: its Tune experiment, its folder under ``cluster.storage`` and its
             MLflow parent run.
-        resume: a re-run of the same sweep resumes it (finished trials kept); false starts a new
-            experiment.
+        resume: a re-run of the same sweep resumes it (finished trials kept; with its own
+            settings only); false starts a new experiment, refused where one of that name is
+            saved.
     """
 
     variants: tuple[str, ...] = ABLATION_VARIANTS

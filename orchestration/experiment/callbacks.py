@@ -47,11 +47,21 @@ class SweepStop:
 
     def __init__(self) -> None:
         self.signal: str | None = None
+        self.handle: Callable[[int, FrameType | None], None] | None = None
+
+    def install(self) -> None:
+        """Take SIGTERM and SIGINT (again: ``ray.init`` puts its own SIGTERM handler, which
+        exits 15 at once, over whatever a driver had)."""
+        if self.handle is not None:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self.handle)
 
 
 @contextmanager
 def stop_sweep_on_signals() -> Iterator[SweepStop]:
-    """SIGTERM and SIGINT stop a running ``Tuner.fit`` gracefully (see the module docstring).
+    """SIGTERM and SIGINT stop a sweep gracefully (see the module docstring): a running
+    ``Tuner.fit`` through Tune's own stop; before or after it (Ray starting, the report), a
+    ``KeyboardInterrupt`` naming the signal, which the sweep maps to its stop.
 
     Tune's own SIGINT handler is switched off (``TUNE_DISABLE_SIGINT_HANDLER``) so that both
     signals take this one path. Outside the main thread nothing is installed.
@@ -63,7 +73,7 @@ def stop_sweep_on_signals() -> Iterator[SweepStop]:
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.signal is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping at once")
+            raise KeyboardInterrupt(f"a second {signal.Signals(signum).name}")
         stop.signal = signal.Signals(signum).name
         logger.warning("%s: stopping the sweep (trials checkpoint; re-run to resume)", stop.signal)
         tune_stop = signal.getsignal(signal.SIGUSR1)
@@ -75,8 +85,8 @@ def stop_sweep_on_signals() -> Iterator[SweepStop]:
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     switch = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    for signum in previous:
-        signal.signal(signum, handle)
+    stop.handle = handle
+    stop.install()
     try:
         yield stop
     finally:

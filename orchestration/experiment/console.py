@@ -170,6 +170,14 @@ class TrialEvents(tune.Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.trials.update((trial.trial_id, trial) for trial in trials)  # live: their status
 
+    def retries_of(self, path: str, unseen: int) -> int:
+        """How often the trial kept at ``path`` was retried in this driver's run of the sweep
+        (``unseen`` when this driver saw no trial there)."""
+        for trial in self.trials.values():
+            if trial.path == path:
+                return max(trial.num_failures - 1, 0)
+        return unseen
+
     # Lines ---------------------------------------------------------------------------------
     def summary(self) -> str:
         """``NAME: N trials: F finished, E failed, R retried, in 6 min 50 s; best eval_cost=V

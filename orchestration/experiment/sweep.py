@@ -21,11 +21,12 @@ Entering (each step in the one place that does it):
 
 :meth:`Sweep.run_trials` runs one Tune experiment (the sweep's own, or a later stage of a
 search): a new tuner, or the saved one restored (:func:`~.ray_compat.restore_tuner`), with every
-linc Tune callback (:func:`~.callbacks.tune_callbacks`); SIGTERM and SIGINT stop it gracefully
-(:func:`~.callbacks.stop_sweep_on_signals`). Leaving settles the runs, tags the checkpoints,
-runs the caller's report and registers the best policy (:meth:`SweepRuns.settle`), marks a
-stopped sweep KILLED, releases the lease, and turns every failure into one of
-:mod:`orchestration.failures` (one line, an exit code): a bug is the only traceback.
+linc Tune callback (:func:`~.callbacks.tune_callbacks`); SIGTERM and SIGINT, from entering to
+leaving, stop the sweep gracefully (:func:`~.callbacks.stop_sweep_on_signals`). Leaving settles
+the runs, tags the checkpoints, runs the caller's report and registers the best policy
+(:meth:`SweepRuns.settle`), marks a stopped sweep KILLED, releases the lease, and turns every
+failure into one of :mod:`orchestration.failures` (one line, an exit code): a bug is the only
+traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +49,7 @@ from orchestration.experiment.folder import SweepFolder, SweepLease
 from orchestration.experiment.preflight import preflight
 from orchestration.experiment.ray_compat import (
     SweepFIFOScheduler,
-    errors_as_text,
-    handle_memory_kills,
-    keep_aws_keys_out_of_trials,
-    patient_actor_reuse,
-    refused_input_fails_at_once,
+    install_driver_workarounds,
     restore_tuner,
     tolerate_gone_checkpoints,
 )
@@ -115,8 +113,9 @@ class Sweep:
         self.registered: str | None = None
         self._lease: SweepLease | None = None
         self._runs: SweepRuns | None = None
-        self._fitting = False
+        self._fitting, self._new_parent = False, False
         self._ending: dict[str, Any] = {}
+        self._signals = ExitStack()
         run = config.run
         self.events = TrialEvents(
             self.name, config.console, run.train.epochs, self.label_keys, objective, run.train
@@ -124,6 +123,7 @@ class Sweep:
 
     # -- entering ------------------------------------------------------------------------------
     def __enter__(self) -> Sweep:
+        self._stop = self._signals.enter_context(stop_sweep_on_signals())
         try:
             prepare_console(self.config.console)
             tracking = preflight(self.config)
@@ -132,13 +132,19 @@ class Sweep:
             folder = SweepFolder.on_storage(self.config.cluster.storage_path(), self.name)
             self.folder = self.experiment = folder
             self._lease = folder.take_lease(self.name)
-            self._state = check_state(folder, self.resume, self.config.cluster.trust_unsealed_state)
+            trust, setting = (
+                self.config.cluster.trust_unsealed_state,
+                f"{self.sweep['kind']}.resume",
+            )
+            self._state = check_state(folder, self.resume, trust, setting)
             plan = TrialPlan.from_config(self.config, tracking)
             params = plan.params(varied=self.label_keys, sweep=self.sweep)
-            recorded = folder.record() if self._state.restoring else None
+            recorded = folder.record()  # also of a sweep stopped before Tune saved its state
             self._runs = SweepRuns.open(tracking, self.sweep, params, folder.path, recorded)
+            self._new_parent = self._runs.parent.run_id != (recorded or {}).get("parent_run_id")
             folder.write_record(self._runs.record)
             start_ray(self.config)
+            self._stop.install()  # over the handler ray.init put
         except BaseException as err:
             self._leave(err)  # raises the failure it maps err to
             raise  # a bug: its traceback
@@ -166,21 +172,20 @@ class Sweep:
         state = self._checked_state(experiment or self.name)
         callbacks = tune_callbacks(self.events, self.config.cluster, state)
         folder = state.folder
-        with stop_sweep_on_signals() as stop:
-            try:
-                if state.restoring:
-                    with earlier_names():  # what a sweep begun by an earlier linc pickled
-                        tuner = restore_tuner(folder, self._trainable(), space, callbacks)
-                    self.runs.parent.set_status("RUNNING")
-                else:
-                    tuner = self._new_tuner(folder, space, tune_config, callbacks)
-                self._fitting, self.experiment = True, folder
-                results = tuner.fit()
-            except KeyboardInterrupt:
-                stop.signal = stop.signal or "SIGINT"
-        if stop.signal is not None:
+        try:
+            if state.restoring:
+                with earlier_names():  # what a sweep begun by an earlier linc pickled
+                    tuner = restore_tuner(folder, self._trainable(), space, callbacks)
+            else:
+                tuner = self._new_tuner(folder, space, tune_config, callbacks)
+            self.runs.parent.set_status("RUNNING")  # a re-opened parent too
+            self._fitting, self.experiment = True, folder
+            results = tuner.fit()
+        except KeyboardInterrupt:
+            self._stop.signal = self._stop.signal or "SIGINT"
+        if (signal_name := self._stop.signal) is not None:
             raise SweepInterrupted(
-                f"{self.name}: stopped by {stop.signal}; the runs are marked KILLED. Re-run the "
+                f"{self.name}: stopped by {signal_name}; the runs are marked KILLED. Re-run the "
                 f"same command to resume from each trial's newest checkpoint ({folder.uri()})"
             )
         self.results += list(results)
@@ -273,6 +278,8 @@ class Sweep:
                 if stopped:  # a preempted driver has its grace period, not the store's
                     timeout = min(timeout, self.config.cluster.preemption_grace_s)
                 if not self._fitting:  # nothing ran: the parent's status is as it was
+                    if stopped and self._new_parent:  # a new one: stopped before it ran
+                        self._runs.parent.end_run("KILLED")
                     self._runs.close(timeout)
                 else:
                     status = "KILLED" if stopped else "FAILED" if failure or failed else "FINISHED"
@@ -286,6 +293,7 @@ class Sweep:
         finally:
             if self._lease is not None:
                 self._lease.release()
+            self._signals.close()
         if failure is not None:
             raise failure from None
         if err is not None:
@@ -296,10 +304,11 @@ class Sweep:
     def _failed_trials(self, failed: list[Any]) -> str:
         label = trial_label(failed[0].config or {}, self.label_keys)
         reason = one_line(failed[0].error, 400)  # a data set's path, then the field
-        retries = self._retries_of(failed[0])
-        again = "re-run the same command to resume"
-        if retries == 0 and self.config.cluster.max_failures > 0:  # its input was refused
-            again = "mend what it names, then re-run the same command to resume"
+        retries = self.events.retries_of(failed[0].path, self.config.cluster.max_failures)
+        refused = retries == 0 and self.config.cluster.max_failures > 0  # its input was refused
+        again = (
+            "mend what it names, then " if refused else ""
+        ) + "re-run the same command to resume"
         if len(self.results) == 1:
             return (
                 f"{self.name}: the trial failed after {retries} retries ({reason}); its "
@@ -310,14 +319,6 @@ class Sweep:
             f"retries (first: {label}: {reason}); their error.txt files have the tracebacks; "
             f"{again} them from their newest intact checkpoints"
         )
-
-    def _retries_of(self, result: Any) -> int:
-        """How often the failed trial of ``result`` was retried (in this driver's run of the
-        sweep; the setting's retries when its trial is not among those this driver saw)."""
-        for trial in self.events.trials.values():
-            if trial.path == result.path:
-                return max(trial.num_failures - 1, 0)
-        return self.config.cluster.max_failures
 
     def result(self, rows: list[dict[str, Any]], table: str, **more: Any) -> SweepResult:
         """The sweep's result, once it has ended: its rows and table, where it lies."""
@@ -355,12 +356,7 @@ def start_ray(config: PlatformConfig) -> None:
     level = "INFO" if config.console.verbosity == "tune" else "WARNING"
     started = init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
     redact_logging()  # on the handlers Ray added too
-    if started:
-        keep_aws_keys_out_of_trials()
-    patient_actor_reuse()  # started or joined: every trial actor this driver creates
-    handle_memory_kills()
-    refused_input_fails_at_once()
-    errors_as_text()
+    install_driver_workarounds(started)
 
 
 @dataclass(frozen=True)

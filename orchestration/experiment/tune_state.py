@@ -260,7 +260,7 @@ class CheckedState:
 
 
 def check_state(
-    folder: SweepFolder, resume: bool = True, trust_unsealed: bool = False
+    folder: SweepFolder, resume: bool = True, trust_unsealed: bool = False, setting: str = ""
 ) -> CheckedState:
     """Check Tune's state in ``folder`` against its seal before anything reads it (``resume``
     False, a new experiment: only this user's key): one read of the folder and its kept copies,
@@ -270,10 +270,17 @@ def check_state(
 
     Raises:
         SweepRefused: a file neither it nor its copy passes (one line; nothing read), or this
-            user's key cannot be had safely.
+            user's key cannot be had safely, or ``resume`` (the value of ``setting``) is False
+            where an experiment is saved: its trials would meet their old checkpoints.
         StorageUnavailableError: the storage failed every try.
     """
     key = state_key()  # a key that cannot be had safely stops even a new sweep
+    if not resume and setting and folder.can_restore():
+        raise SweepRefused(
+            f"{folder.uri()} holds a saved sweep, and {setting}=false starts a new one over "
+            f"it: choose another name for it, delete that folder, or re-run with {setting}=true "
+            "to resume it"
+        )
     keeper = StateKeeper(folder)
     where = folder.uri()  # how messages name the folder
     saved = folder.read_all(is_state_file, also=KEEP_FOLDER) if resume else {}

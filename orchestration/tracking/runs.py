@@ -48,15 +48,16 @@ from linc_core.metrics import (
     TRIALS_FAILED,
     TRIALS_FINISHED,
 )
-from linc_core.train.checkpoint import CHECKPOINT_NAME, git_commit
+from linc_core.train.checkpoint import git_commit
 from linc_core.utils.secrets import redact
 from orchestration.failures import SweepRefused, one_line
 from orchestration.tracking.journal import run_description
 from orchestration.tracking.records import reason
 from orchestration.tracking.registry import register_run
-from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG
+from orchestration.tracking.store import PARENT_RUN_TAG, TRIAL_TAG, checkpoint_uri
 from orchestration.tracking.target import TrackingTarget
 from orchestration.tracking.writer import JOURNAL_FILE, RunWriter
+from orchestration.trial.plan import changed_settings
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class SweepRuns:
         """
         name = sweep["name"]
         try:
-            found = _recorded_run(tracking, recorded, folder, name) if recorded else None
+            found = _recorded_run(tracking, recorded, folder, name, params) if recorded else None
             if recorded and found is None:
                 logger.warning(
                     "sweep %s was recorded for store %s at %s; this run uses store %s at %s: "
@@ -128,6 +129,8 @@ class SweepRuns:
             experiment_id = tracking.experiment_id()
             tags = {"sweep": name, "kind": "sweep"}
             run = tracking.client().create_run(experiment_id, run_name=name, tags=tags)
+        except SweepRefused:
+            raise
         except Exception as err:  # the store answered the pre-flight, then stopped answering
             told = f"tracking.uri: the store {tracking.shown_uri} did not take the sweep's run"
             raise SweepRefused(f"{told} ({one_line(err)})") from None
@@ -351,10 +354,15 @@ class SweepRuns:
 
 
 def _recorded_run(
-    tracking: TrackingTarget, recorded: dict[str, Any], folder: str, name: str
+    tracking: TrackingTarget, recorded: dict[str, Any], folder: str, name: str, params: dict
 ) -> str | None:
     """The recorded parent run's id, when it is sweep ``name``'s here (see the module
-    docstring): in this experiment, tagged as this sweep's parent run."""
+    docstring): in this experiment, tagged as this sweep's parent run.
+
+    Raises:
+        SweepRefused: ``params`` (this run's) change a setting the run logged: resumed so, the
+            sweep would return its finished trials' results as this run's.
+    """
     from mlflow.exceptions import MlflowException
 
     uri = recorded.get("tracking_uri")
@@ -376,18 +384,13 @@ def _recorded_run(
         # the record is the folder's, and anyone who writes the folder writes it
         logger.warning("the recorded parent run %s is not sweep %s's run", run.info.run_id, name)
         return None
+    if changed := changed_settings(run.data.params, params):
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise SweepRefused(
+            f"{name}: this run has {', '.join(changed[:3])}{more}, unlike the sweep saved in "
+            f"{folder}: re-run with its settings to resume it, or give this run another name"
+        )
     return run.info.run_id
 
 
-def checkpoint_uri(result: Any) -> str | None:
-    """Where a Tune result's final checkpoint file lives for good: a local path (what
-    ``linc-eval --checkpoint`` reads) or ``s3://bucket/...`` (None: no checkpoint)."""
-    checkpoint = getattr(result, "checkpoint", None)
-    if checkpoint is None:
-        return None
-    path = f"{checkpoint.path}/{CHECKPOINT_NAME}"
-    scheme = getattr(checkpoint.filesystem, "type_name", "local")
-    return path if scheme == "local" else f"{scheme}://{path}"
-
-
-__all__ = ["NOTE_TAG", "BestChoice", "SweepRuns", "checkpoint_uri"]
+__all__ = ["NOTE_TAG", "BestChoice", "SweepRuns"]

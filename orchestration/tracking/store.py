@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from linc_core.metrics import EPOCH, EVAL_COST, RUNS_TABLE_METRICS, VALIDATION_COST
+from linc_core.train.checkpoint import CHECKPOINT_NAME
 from linc_core.utils.secrets import redact
 from linc_core.utils.typed import ConfigError
 
@@ -204,7 +205,19 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
         return found.experiment_id
 
 
+def checkpoint_uri(result: Any) -> str | None:
+    """Where a Tune result's final checkpoint file lives for good: a local path (what
+    ``linc-eval --checkpoint`` reads) or ``s3://bucket/...`` (None: no checkpoint)."""
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None:
+        return None
+    path = f"{checkpoint.path}/{CHECKPOINT_NAME}"
+    scheme = getattr(checkpoint.filesystem, "type_name", "local")
+    return path if scheme == "local" else f"{scheme}://{path}"
+
+
 __all__ = [
+    "checkpoint_uri",
     "EXPERIMENT_KIND_TAG",
     "OPENING_VIEW_TAG",
     "PARENT_RUN_TAG",

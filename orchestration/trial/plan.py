@@ -129,4 +129,22 @@ def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["TrialPlan"]
+# The settings a trial's numbers follow, by their params' prefixes, but those that change how, not
+# what, it computes. A checkpoint also resumes under more epochs, but a finished trial does not
+# run again: a sweep resumed so would mix trials of both.
+DECIDING = ("task.", "model.", "data.", "train.", "validation.", "evaluation.")
+HOW_NOT_WHAT = frozenset({"train.device", "train.compile", "train.replay_chunk"})
+
+
+def changed_settings(saved: Mapping[str, str], params: Mapping[str, str]) -> list[str]:
+    """``KEY=NOW (saved: THEN)`` for every deciding setting of ``params`` (a plan's
+    :meth:`TrialPlan.params`) that differs from the same key of ``saved`` (params logged
+    before, say by a sweep's parent run); a key only one side has is no change."""
+    return [
+        f"{key}={now} (saved: {saved[key]})"
+        for key, now in sorted(params.items())
+        if key.startswith(DECIDING) and key not in HOW_NOT_WHAT and saved.get(key, now) != now
+    ]
+
+
+__all__ = ["DECIDING", "HOW_NOT_WHAT", "TrialPlan", "changed_settings"]

@@ -357,6 +357,17 @@ def _listed_keys(message: str, label: str) -> set[str] | None:
     return None
 
 
+def install_driver_workarounds(started: bool) -> None:
+    """The workarounds a sweep's driver installs once its Ray is up (``started``: this driver
+    started a local Ray, whose workers inherit its environment)."""
+    if started:
+        keep_aws_keys_out_of_trials()
+    patient_actor_reuse()  # started or joined: every trial actor this driver creates
+    handle_memory_kills()
+    refused_input_fails_at_once()
+    errors_as_text()
+
+
 __all__ = [
     "ERROR_TEXT_BYTES",
     "GoneCheckpointFilter",
@@ -368,6 +379,7 @@ __all__ = [
     "bind_loopback_even_if_imported_before",
     "follow_current_storage",
     "handle_memory_kills",
+    "install_driver_workarounds",
     "keep_aws_keys_out_of_trials",
     "local_ray_in_its_own_session",
     "quiet_ignored_worker_exits",

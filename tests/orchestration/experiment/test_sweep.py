@@ -13,7 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.experiment.folder import SweepFolder
-from orchestration.experiment.sweep import Sweep, tune_space
+from orchestration.experiment.sweep import Sweep, run_training, tune_space
+from orchestration.experiment.tune_state import check_state
 from orchestration.failures import SweepRefused
 from sweeps.compose import load_platform_config
 from tests.conftest import sweep_env
@@ -73,3 +74,82 @@ def test_tune_keeps_the_sweeps_settings_masked_and_not_one_runs_trust() -> None:
     assert "hunter2-secret" not in repr(kept)
     assert space["cluster"]["trust_unsealed_state"] is True  # a copy
     assert tune_space({"train": {}}) == {"train": {}}
+
+
+def test_a_saved_sweep_resumes_with_its_own_settings_only(ray_session, tmp_path) -> None:
+    """Re-run under its name with other settings, a finished sweep returned its old results as
+    this run's; ``ablation.resume=false`` started a new experiment whose trials met their old
+    checkpoints on every retry, and so did every later run of the sweep."""
+
+    def smoke(*overrides: str):
+        storage = f"cluster.storage={tmp_path / 'runs'}"
+        return load_platform_config(["preset=smoke", storage, *overrides])
+
+    first = run_training(smoke(), name="again")
+    assert first.rows[0]["epochs"] == 2
+    same = run_training(smoke("train.device=cpu"), name="again")  # how, not what
+    assert same.rows[0]["eval_cost"] == first.rows[0]["eval_cost"]
+    for changed, named in (
+        ("train.learning_rate=0.001", "train.learning_rate=0.001 (saved: 0.0001)"),
+        ("train.epochs=3", "train.epochs=3 (saved: 2)"),  # a finished trial does not run again
+    ):
+        with pytest.raises(SweepRefused) as refused:
+            run_training(smoke(changed), name="again")
+        told = str(refused.value)
+        assert told.startswith(f"again: this run has {named}, unlike the sweep saved in ")
+        assert told.endswith("re-run with its settings to resume it, or give this run another name")
+    folder = SweepFolder(pafs.LocalFileSystem(), str(tmp_path / "runs" / "again"))
+    assert check_state(folder, True, setting="ablation.resume").restoring
+    with pytest.raises(SweepRefused) as refused:
+        check_state(folder, False, setting="ablation.resume")
+    assert str(refused.value) == (
+        f"{folder.uri()} holds a saved sweep, and ablation.resume=false starts a new one over "
+        "it: choose another name for it, delete that folder, or re-run with "
+        "ablation.resume=true to resume it"
+    )
+    again = run_training(smoke(), name="again")  # the refused runs changed nothing
+    assert again.rows[0]["eval_cost"] == first.rows[0]["eval_cost"]
+
+
+def test_sigterm_while_ray_starts_stops_the_sweep_in_one_line(tmp_path) -> None:
+    """SIGTERM before Tune runs (Ray starting: ray.init's own handler exits 15) used to end the
+    driver with exit 15, no line, and its new parent run RUNNING for good (a re-run made
+    another)."""
+    import signal
+    import time
+
+    storage = tmp_path / "runs"
+    command = [
+        sys.executable,
+        "-m",
+        "sweeps.ablation",
+        "preset=smoke",
+        f"cluster.storage={storage}",
+    ]
+    command += ["ablation.variants=[baseline]", "ablation.compare_to=baseline"]
+    driver = subprocess.Popen(
+        command, cwd=ROOT, env=sweep_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    record = storage / "ablation-smoke" / "linc_sweep.json"  # written just before Ray starts
+    deadline = time.monotonic() + 120
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 143, (out + err)[-3000:]
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines()[-1].startswith("linc-ablation: ablation-smoke: stopped ")
+    client = MlflowClient(tracking_uri=f"sqlite:///{storage / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("linc-smoke")
+
+    def parents():
+        runs = client.search_runs([experiment.experiment_id])
+        return [r for r in runs if r.data.tags.get("kind") == "sweep"]
+
+    (parent,) = parents()
+    assert parent.info.status == "KILLED"
+    done = subprocess.run(command, cwd=ROOT, env=sweep_env(), capture_output=True, text=True)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    (again,) = parents()  # the same parent run, resumed: none left RUNNING
+    assert (again.info.run_id, again.info.status) == (parent.info.run_id, "FINISHED")
