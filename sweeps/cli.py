@@ -3,6 +3,7 @@ around an action on the composed config (:mod:`sweeps.compose`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,14 +74,21 @@ def print_mlflow_ui(
         print(f"The best policy is registered: mlflow.pyfunc.load_model('models:/{registered}')")
 
 
-def _show(what: str, package: str | None, overrides: Sequence[str], config_name: str) -> None:
-    """``--cfg job``: the composed config; ``--cfg plan``: the platform run's effective plan;
-    ``--package KEY``: only that part of it."""
+def _show(
+    what: str,
+    package: str | None,
+    overrides: Sequence[str],
+    config_name: str,
+    load: Callable[[Sequence[str]], Any],
+) -> None:
+    """``--cfg job``: the composed config, checked as the run would check it (``load``);
+    ``--cfg plan``: the platform run's effective plan; ``--package KEY``: only that part."""
     from omegaconf import OmegaConf
 
     from linc_core.utils.secrets import redact
 
     if what == "job":
+        load(overrides)  # a bad value or an unknown key stops it, as it stops the run
         values: Any = compose_mapping(overrides, config_name)
     elif what == "plan" and config_name == "config":
         values = load_platform_config(overrides).run.settings()
@@ -93,7 +101,11 @@ def _show(what: str, package: str | None, overrides: Sequence[str], config_name:
             raise ConfigError(f"--package {package}: no {part!r}{did_you_mean(part, known)}")
         values = values[part]
     values = redact(values)  # what is printed has its secrets masked
-    print(OmegaConf.to_yaml(values).rstrip("\n") if isinstance(values, dict) else values)
+    try:
+        print(OmegaConf.to_yaml(values).rstrip("\n") if isinstance(values, dict) else values)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` read what it wanted and closed the pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
 
 
 @dataclass
@@ -164,7 +176,7 @@ def run_cli(
         if flags.multirun:
             raise ConfigError(f"-m/--multirun: {sweep_pointer(config_name)}")
         if flags.cfg is not None:
-            _show(flags.cfg, flags.package, overrides, config_name)
+            _show(flags.cfg, flags.package, overrides, config_name, load)
             return 0
         config = load(overrides)
     except ConfigError as err:

@@ -151,6 +151,8 @@ class DataSpec:
                 "a data set folder or s3:// URI for a dataset source (a set or folder for "
                 "a benchmark)",
             )
+        no_set = f"no data set while source is {self.source} (data=dataset trains on data.uri)"
+        require(self.uri is None or self.source == "dataset", "uri", self.uri, no_set)
         require(self.eval_rollouts >= 1, "eval_rollouts", self.eval_rollouts, ">= 1")
         try:  # the evaluation's own rules (EvaluationSource's), under this section's names
             self.evaluation()

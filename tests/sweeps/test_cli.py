@@ -53,3 +53,31 @@ def test_a_path_with_spaces_is_quoted_for_the_shell(tmp_path, monkeypatch):
     assert shlex.split(mlflow_command()) == ["my env/bin/mlflow"]
     monkeypatch.setattr(sys, "executable", str(tmp_path / "none" / "python"))
     assert mlflow_command() == "mlflow"  # none beside the interpreter: the one on PATH
+
+
+def test_cfg_job_checks_the_config_as_the_run_does(capsys) -> None:
+    from sweeps.ablation import main as ablation_main
+    from sweeps.generate import main as generate_main
+
+    assert ablation_main(["preset=smoke", "train.epochs=three", "--cfg", "job"]) == 2
+    assert capsys.readouterr().err == (
+        "linc-ablation: invalid config: train.epochs: expected int, got 'three'\n"
+    )
+    assert generate_main(["size=abc", "--cfg", "job"]) == 2
+    assert "size: expected int, got 'abc'" in capsys.readouterr().err
+    assert ablation_main(["preset=smoke", "--cfg", "job", "-p", "train"]) == 0
+    assert "num_rollouts: 4" in capsys.readouterr().out
+
+
+def test_a_plan_printed_into_a_closed_pipe_ends_quietly() -> None:
+    """`linc-tune --cfg plan | head -3`: head closes the pipe while the plan is printed."""
+    import subprocess
+
+    read, write = os.pipe()
+    os.close(read)  # a reader that has gone: every write fails with EPIPE
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.train", "--cfg", "plan"],
+        stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    os.close(write)
+    assert done.stderr == "" and done.returncode == 0, done.stderr[-2000:]
