@@ -2,8 +2,8 @@
 # Starts `mlflow server --app-name linc-auth` (MLflow 3.17's basic-auth app with linc's landing
 # page, orchestration/tracking/ui_app.py) over HTTPS, from environment variables and mounted
 # files only, so that compose and Kubernetes inject every secret from outside the image:
-#   MLFLOW_BACKEND_STORE_URI        postgresql://USER:PASSWORD@HOST:5432/mlflow   (runs, metrics)
-#   MLFLOW_AUTH_DATABASE_URI        postgresql://USER:PASSWORD@HOST:5432/mlflow_auth (users)
+#   MLFLOW_BACKEND_STORE_URI        postgresql+psycopg2://USER:PASSWORD@HOST:5432/mlflow   (runs, metrics)
+#   MLFLOW_AUTH_DATABASE_URI        postgresql+psycopg2://USER:PASSWORD@HOST:5432/mlflow_auth (users)
 #   MLFLOW_ARTIFACTS_DESTINATION    s3://BUCKET/PREFIX, proxied by the server (--serve-artifacts)
 #   MLFLOW_AUTH_ADMIN_USERNAME / MLFLOW_AUTH_ADMIN_PASSWORD   admin created on the first start
 #   MLFLOW_FLASK_SERVER_SECRET_KEY  CSRF key, required by the basic-auth app

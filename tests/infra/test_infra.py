@@ -206,7 +206,8 @@ def test_kuberay_manifests_carry_what_kuberay_and_the_autoscaler_read():
 def test_image_pins_equal_pyproject():
     from packaging.utils import canonicalize_name
 
-    project = _requirements(_pyproject()["project"]["dependencies"])
+    pins = _pyproject()["project"]
+    project = _requirements(pins["dependencies"] + pins["optional-dependencies"]["postgres"])
     image = _requirements(_dockerfile_requirements(DOCKERFILE))
     assert image == project
     assert re.search(r"^FROM python:3\.11[-.\w]*$", DOCKERFILE.read_text(), re.MULTILINE)
