@@ -10,6 +10,7 @@ imports ``ray`` only inside :func:`init_ray`, after calling it.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOOPBACK = "127.0.0.1"
@@ -31,6 +32,7 @@ def init_ray(
     *,
     log_to_driver: bool = True,
     logging_level: str | None = None,
+    keep_sigterm_handler: bool = False,
 ) -> bool:
     """Join ``address`` (else ``$RAY_ADDRESS``, as under ``ray job submit``) or start a local Ray.
 
@@ -42,15 +44,37 @@ def init_ray(
         log_to_driver: forward the workers' output to this process.
         logging_level: level of Ray's Python loggers here and in every worker (``WARNING``
             hides Ray's INFO lines; None: Ray's default).
+        keep_sigterm_handler: leave this process's SIGTERM handler as it is (a sweep's, which
+            stops it gracefully). ``ray.init`` puts its own first, ``sys.exit(15)``: a SIGTERM
+            while Ray starts ended a driver with exit 15 and no line, or, landing in code that
+            ignores exceptions (logging's lock release), was lost and the sweep ran on.
 
     Returns:
         True when this call started or joined Ray, False when it was already initialised.
     """
     prefer_loopback()
     import ray
+    from ray._private import utils
 
     if ray.is_initialized():
         return False
+    if keep_sigterm_handler:  # ray.init calls utils.set_sigterm_handler(its own)
+        install, utils.set_sigterm_handler = utils.set_sigterm_handler, lambda handler: None
+    try:
+        return _init(ray, address, num_cpus, num_gpus, log_to_driver, logging_level)
+    finally:
+        if keep_sigterm_handler:
+            utils.set_sigterm_handler = install
+
+
+def _init(
+    ray: Any,
+    address: str | None,
+    num_cpus: int | None,
+    num_gpus: int | None,
+    log_to_driver: bool,
+    logging_level: str | None,
+) -> bool:
     address = address or os.environ.get("RAY_ADDRESS")
     options: dict = {"log_to_driver": log_to_driver}
     if logging_level is not None:

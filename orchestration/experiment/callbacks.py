@@ -50,8 +50,8 @@ class SweepStop:
         self.handle: Callable[[int, FrameType | None], None] | None = None
 
     def install(self) -> None:
-        """Take SIGTERM and SIGINT (again: ``ray.init`` puts its own SIGTERM handler, which
-        exits 15 at once, over whatever a driver had)."""
+        """Take SIGTERM and SIGINT (a sweep starts its Ray keeping them:
+        ``init_ray(keep_sigterm_handler=True)``)."""
         if self.handle is not None:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, self.handle)

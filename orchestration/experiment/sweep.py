@@ -144,7 +144,8 @@ class Sweep:
             self._new_parent = self._runs.parent.run_id != (recorded or {}).get("parent_run_id")
             folder.write_record(self._runs.record)
             start_ray(self.config)
-            self._stop.install()  # over the handler ray.init put
+            if self._stop.signal:  # its KeyboardInterrupt fell where exceptions are ignored
+                raise KeyboardInterrupt(self._stop.signal)
         except BaseException as err:
             self._leave(err)  # raises the failure it maps err to
             raise  # a bug: its traceback
@@ -354,7 +355,10 @@ def start_ray(config: PlatformConfig) -> None:
     prepare_console(config.console)
     cluster = config.cluster
     level = "INFO" if config.console.verbosity == "tune" else "WARNING"
-    started = init_ray(cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level)
+    started = init_ray(
+        cluster.address, cluster.num_cpus, cluster.num_gpus, logging_level=level,
+        keep_sigterm_handler=True,  # linc's: the sweep's own stop
+    )  # fmt: skip
     redact_logging()  # on the handlers Ray added too
     install_driver_workarounds(started)
 
