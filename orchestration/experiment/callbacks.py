@@ -49,6 +49,11 @@ class SweepStop:
         self.signal: str | None = None
         self.handle: Callable[[int, FrameType | None], None] | None = None
 
+    def check(self) -> None:
+        """Stop here (``KeyboardInterrupt`` naming the signal) if a signal came."""
+        if self.signal is not None:
+            raise KeyboardInterrupt(self.signal)
+
     def install(self) -> None:
         """Take SIGTERM and SIGINT (a sweep starts its Ray keeping them:
         ``init_ray(keep_sigterm_handler=True)``)."""
@@ -60,8 +65,8 @@ class SweepStop:
 @contextmanager
 def stop_sweep_on_signals() -> Iterator[SweepStop]:
     """SIGTERM and SIGINT stop a sweep gracefully (see the module docstring): a running
-    ``Tuner.fit`` through Tune's own stop; before or after it (Ray starting, the report), a
-    ``KeyboardInterrupt`` naming the signal, which the sweep maps to its stop.
+    ``Tuner.fit`` through Tune's own stop; before it (Ray starting), at the sweep's next step
+    (:meth:`SweepStop.check`); a second signal at once.
 
     Tune's own SIGINT handler is switched off (``TUNE_DISABLE_SIGINT_HANDLER``) so that both
     signals take this one path. Outside the main thread nothing is installed.
@@ -79,8 +84,8 @@ def stop_sweep_on_signals() -> Iterator[SweepStop]:
         tune_stop = signal.getsignal(signal.SIGUSR1)
         if callable(tune_stop):
             tune_stop(signum, frame)  # Tune's graceful stop, installed while Tuner.fit runs
-        else:
-            raise KeyboardInterrupt(stop.signal)
+        # else the sweep stops at its next step (SweepStop.check): raised here, an exception can
+        # land in code that ignores it holding a lock (logging's, as Ray forks), and is lost
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     switch = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")

@@ -132,6 +132,7 @@ class Sweep:
             folder = SweepFolder.on_storage(self.config.cluster.storage_path(), self.name)
             self.folder = self.experiment = folder
             self._lease = folder.take_lease(self.name)
+            self._stop.check()
             trust, setting = (
                 self.config.cluster.trust_unsealed_state,
                 f"{self.sweep['kind']}.resume",
@@ -144,8 +145,7 @@ class Sweep:
             self._new_parent = self._runs.parent.run_id != (recorded or {}).get("parent_run_id")
             folder.write_record(self._runs.record)
             start_ray(self.config)
-            if self._stop.signal:  # its KeyboardInterrupt fell where exceptions are ignored
-                raise KeyboardInterrupt(self._stop.signal)
+            self._stop.check()  # a signal while Ray started
         except BaseException as err:
             self._leave(err)  # raises the failure it maps err to
             raise  # a bug: its traceback
@@ -181,6 +181,7 @@ class Sweep:
                 tuner = self._new_tuner(folder, space, tune_config, callbacks)
             self.runs.parent.set_status("RUNNING")  # a re-opened parent too
             self._fitting, self.experiment = True, folder
+            self._stop.check()
             results = tuner.fit()
         except KeyboardInterrupt:
             self._stop.signal = self._stop.signal or "SIGINT"
